@@ -1,0 +1,322 @@
+"""Reading parallel text corpora: plain or gzip files, Multi30k and WMT'14.
+
+Every loader returns a ``list[tuple[str, str]]`` of ``(source, target)``
+sentence pairs, the format that :func:`keras_transformer.data.make_dataset`
+and :func:`keras_transformer.data.train_sentencepiece` consume.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from pathlib import Path
+from typing import Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+"""Base URL of the raw Multi30k task 1 files (``{split}.{lang}.gz``)."""
+
+MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
+"""Languages that :func:`load_multi30k` accepts."""
+
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+"""Canonical Multi30k split names, as used in the file names."""
+
+_MULTI30K_SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid": "val",
+    "validation": "val",
+    "test": "test_2016_flickr",
+    "test_2016_flickr": "test_2016_flickr",
+}
+
+WMT14_PAIRS = (("de", "en"), ("fr", "en"))
+"""Language pairs of the ``wmt14_translate`` TFDS configs, as ``(xx, "en")``."""
+
+_WMT14_SPLIT_ALIASES = {
+    "train": "train",
+    "val": "validation",
+    "valid": "validation",
+    "validation": "validation",
+    "test": "test",
+}
+
+_DOWNLOAD_TIMEOUT_S = 60.0
+
+
+def read_lines(path: PathLike) -> list[str]:
+    """Reads a UTF-8 text file, plain or gzip-compressed, into a list of lines.
+
+    A file whose name ends in ``.gz`` is decompressed. The bytes are decoded as
+    strict UTF-8. Only the line terminator is removed from each line (``\\n``
+    and a ``\\r`` before it); other whitespace is kept. A final line without a
+    terminator is kept; the empty string after a final terminator is not a line.
+
+    Args:
+        path: File to read.
+
+    Returns:
+        The lines of the file, in order.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file is empty, is not valid gzip data although
+            named ``.gz``, or is not valid UTF-8 (the message names the file and
+            the 1-based line number of the first invalid byte).
+
+    Example:
+        >>> lines = read_lines("../shared/data/multi30k/val.en.gz")  # doctest: +SKIP
+        >>> lines[0]  # doctest: +SKIP
+        'A group of men are loading cotton onto a truck'
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such file: {path}")
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        except (OSError, EOFError, zlib.error) as err:
+            raise ValueError(f"Corrupt gzip file {path}: {err}") from err
+    else:
+        data = path.read_bytes()
+    if not data:
+        raise ValueError(f"Empty file: {path} contains no lines")
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as err:
+        line_number = data.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"Invalid UTF-8 in {path} line {line_number}: "
+            f"byte {data[err.start:err.start + 1]!r} ({err.reason})"
+        ) from err
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_parallel(source_path: PathLike, target_path: PathLike) -> list[tuple[str, str]]:
+    """Reads two line-aligned files into ``(source, target)`` pairs.
+
+    Args:
+        source_path: File with one source sentence a line (plain or ``.gz``).
+        target_path: File with the translation of line ``i`` of
+            ``source_path`` on its line ``i``.
+
+    Returns:
+        One ``(source, target)`` tuple per line.
+
+    Raises:
+        FileNotFoundError: If either file does not exist.
+        ValueError: If either file cannot be read (see :func:`read_lines`) or
+            the two files have different numbers of lines; the message names
+            both files, both counts and the first line without a partner.
+
+    Example:
+        >>> pairs = read_parallel("val.en.gz", "val.de.gz")  # doctest: +SKIP
+        >>> pairs[0]  # doctest: +SKIP
+        ('A group of men are loading cotton onto a truck',
+         'Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen')
+    """
+    source = read_lines(source_path)
+    target = read_lines(target_path)
+    if len(source) != len(target):
+        shorter, longer = (
+            (source_path, target_path) if len(source) < len(target) else (target_path, source_path)
+        )
+        first_unpaired = min(len(source), len(target)) + 1
+        raise ValueError(
+            f"Line count mismatch: {source_path} has {len(source)} lines but "
+            f"{target_path} has {len(target)} lines; {shorter} ends before line "
+            f"{first_unpaired}, so line {first_unpaired} of {longer} has no partner"
+        )
+    return list(zip(source, target))
+
+
+def _check_language(lang: str, valid: tuple[str, ...], what: str) -> None:
+    if lang not in valid:
+        raise ValueError(f"Unknown {what} {lang!r}; valid languages: {', '.join(valid)}")
+
+
+def _multi30k_split(split: str) -> str:
+    try:
+        return _MULTI30K_SPLIT_ALIASES[split]
+    except KeyError:
+        raise ValueError(
+            f"Unknown Multi30k split {split!r}; valid splits: {', '.join(MULTI30K_SPLITS)} "
+            f"(aliases: validation, valid -> val; test -> test_2016_flickr)"
+        ) from None
+
+
+def _local_multi30k_file(data_dir: Path, split: str, lang: str) -> Path:
+    compressed = data_dir / f"{split}.{lang}.gz"
+    plain = data_dir / f"{split}.{lang}"
+    if compressed.is_file():
+        return compressed
+    if plain.is_file():
+        return plain
+    raise FileNotFoundError(f"No Multi30k file for split {split!r}, language {lang!r}: "
+                            f"neither {compressed} nor {plain} exists")
+
+
+def _download(url: str, destination: Path) -> None:
+    """Downloads ``url`` to ``destination`` through a temporary file and a rename."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.",
+                                    suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
+                shutil.copyfileobj(response, out)
+        os.replace(tmp_name, destination)
+    except (urllib.error.URLError, OSError) as err:
+        raise OSError(
+            f"Could not download {url} to {destination}: {err}. Without network access, "
+            f"pass data_dir= pointing to a directory that holds the Multi30k files"
+        ) from err
+    finally:
+        if os.path.exists(tmp_name):
+            os.remove(tmp_name)
+
+
+def load_multi30k(
+    src_lang: str,
+    tgt_lang: str,
+    split: str,
+    data_dir: PathLike | None = None,
+    cache_dir: PathLike | None = None,
+    base_url: str = MULTI30K_URL,
+) -> list[tuple[str, str]]:
+    """Loads one split of the Multi30k (task 1) parallel corpus.
+
+    With ``data_dir``, reads ``{data_dir}/{split}.{lang}.gz`` (or the
+    uncompressed ``{data_dir}/{split}.{lang}`` when no ``.gz`` file exists).
+    Without it, downloads ``{base_url}/{split}.{lang}.gz`` into ``cache_dir``
+    unless already there, and reads the cached copy. Downloads go to a
+    temporary file that is renamed into place, so an interrupted download never
+    leaves a partial file behind.
+
+    Args:
+        src_lang: Source language, one of ``en``, ``de``, ``fr``, ``cs``.
+        tgt_lang: Target language, from the same set, different from
+            ``src_lang``.
+        split: ``train``, ``val`` or ``test_2016_flickr``; ``validation`` and
+            ``valid`` mean ``val``, ``test`` means ``test_2016_flickr``.
+        data_dir: Directory with local copies of the files. Nothing is
+            downloaded when given.
+        cache_dir: Where downloads are kept. Defaults to
+            ``~/.cache/keras_transformer/multi30k``.
+        base_url: Where the files are downloaded from; any URL that
+            ``urllib`` opens, ``file://`` included.
+
+    Returns:
+        ``(source, target)`` sentence pairs, in corpus order.
+
+    Raises:
+        ValueError: On an unknown language or split, equal languages, or a file
+            that cannot be read (see :func:`read_parallel`).
+        FileNotFoundError: If ``data_dir`` lacks a needed file.
+        OSError: If a download fails.
+
+    Example:
+        >>> pairs = load_multi30k("en", "de", "val",
+        ...                       data_dir="../shared/data/multi30k")  # doctest: +SKIP
+        >>> len(pairs)  # doctest: +SKIP
+        1014
+    """
+    _check_language(src_lang, MULTI30K_LANGUAGES, "Multi30k source language")
+    _check_language(tgt_lang, MULTI30K_LANGUAGES, "Multi30k target language")
+    if src_lang == tgt_lang:
+        raise ValueError(f"Source and target language are both {src_lang!r}; "
+                         f"they must differ")
+    split = _multi30k_split(split)
+    if data_dir is not None:
+        data_dir = Path(data_dir)
+        paths = [_local_multi30k_file(data_dir, split, lang) for lang in (src_lang, tgt_lang)]
+    else:
+        cache = (Path(cache_dir) if cache_dir is not None
+                 else Path.home() / ".cache" / "keras_transformer" / "multi30k")
+        paths = []
+        for lang in (src_lang, tgt_lang):
+            name = f"{split}.{lang}.gz"
+            path = cache / name
+            if not path.is_file():
+                _download(f"{base_url.rstrip('/')}/{name}", path)
+            paths.append(path)
+    return read_parallel(paths[0], paths[1])
+
+
+def _wmt14_split(split: str) -> str:
+    try:
+        return _WMT14_SPLIT_ALIASES[split]
+    except KeyError:
+        raise ValueError(
+            f"Unknown WMT'14 split {split!r}; valid splits: train, validation, test "
+            f"(aliases: val, valid -> validation)"
+        ) from None
+
+
+def load_wmt14(
+    src_lang: str,
+    tgt_lang: str,
+    split: str,
+    data_dir: PathLike | None = None,
+    max_examples: int | None = None,
+) -> list[tuple[str, str]]:
+    """Loads one split of WMT'14 English-German or English-French via TFDS.
+
+    Uses the ``wmt14_translate/de-en`` or ``wmt14_translate/fr-en``
+    configuration of ``tensorflow_datasets``, which downloads and prepares the
+    data on first use (several GB for the training split).
+
+    Args:
+        src_lang: Source language: ``en``, ``de`` or ``fr``.
+        tgt_lang: Target language; one of the two languages must be ``en`` and
+            the other ``de`` or ``fr``.
+        split: ``train``, ``validation`` (newstest2013) or ``test``
+            (newstest2014); ``val`` and ``valid`` mean ``validation``.
+        data_dir: TFDS data directory; TFDS's default when ``None``.
+        max_examples: Read at most this many pairs (the first ones).
+
+    Returns:
+        ``(source, target)`` sentence pairs.
+
+    Raises:
+        ImportError: If ``tensorflow_datasets`` is not installed.
+        ValueError: On an unsupported language pair, unknown split or a
+            non-positive ``max_examples``.
+
+    Example:
+        >>> pairs = load_wmt14("en", "de", "test", max_examples=100)  # doctest: +SKIP
+    """
+    pair = tuple(sorted((src_lang, tgt_lang), key=lambda lang: lang == "en"))
+    if pair not in WMT14_PAIRS:
+        raise ValueError(
+            f"Unsupported WMT'14 language pair {src_lang!r} -> {tgt_lang!r}; valid pairs: "
+            f"en<->de, en<->fr"
+        )
+    split = _wmt14_split(split)
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"max_examples must be positive or None, got {max_examples}")
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as err:
+        raise ImportError(
+            "load_wmt14 needs tensorflow-datasets; install it with "
+            "`pip install keras-transformer-toolkit[wmt]`"
+        ) from err
+    dataset = tfds.load(f"wmt14_translate/{pair[0]}-{pair[1]}", split=split,
+                        data_dir=None if data_dir is None else os.fspath(data_dir),
+                        shuffle_files=False)
+    if max_examples is not None:
+        dataset = dataset.take(max_examples)
+    return [(example[src_lang].decode("utf-8"), example[tgt_lang].decode("utf-8"))
+            for example in tfds.as_numpy(dataset)]

@@ -1,0 +1,357 @@
+"""SentencePiece subword tokenization: training a joint model and in-graph use.
+
+The :class:`Tokenizer` runs SentencePiece through ``tensorflow_text`` ops, so
+one object tokenizes eagerly, inside ``tf.data`` pipelines and inside
+``tf.function`` graphs, and can be saved in a SavedModel as part of a text-in,
+text-out serving signature.
+
+Every model trained by :func:`train_sentencepiece` reserves the same four ids,
+which the rest of the toolkit relies on:
+
+=====  ==========  ==============================================
+id     piece       role
+=====  ==========  ==============================================
+0      ``<pad>``   padding (``PAD_ID``); masked out of attention
+1      ``<unk>``   unknown character (``UNK_ID``)
+2      ``<s>``     beginning of sequence (``BOS_ID``)
+3      ``</s>``    end of sequence (``EOS_ID``)
+=====  ==========  ==============================================
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+import tempfile
+from pathlib import Path
+from typing import Iterable, Union
+
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+PAD_ID = 0
+"""Id of the padding piece ``<pad>``."""
+UNK_ID = 1
+"""Id of the unknown piece ``<unk>``."""
+BOS_ID = 2
+"""Id of the beginning-of-sequence piece ``<s>``."""
+EOS_ID = 3
+"""Id of the end-of-sequence piece ``</s>``."""
+
+_NUM_RESERVED = 4
+_MODEL_TYPES = ("unigram", "bpe", "char", "word")
+
+
+def _sample_sentences(sentences: Iterable[str], max_sentences: int | None,
+                      seed: int) -> list[str]:
+    """Keeps non-empty sentences; reservoir-samples ``max_sentences`` of them."""
+    if max_sentences is None:
+        return [s for s in sentences if s]
+    rng = random.Random(seed)
+    reservoir: list[str] = []
+    seen = 0
+    for sentence in sentences:
+        if not sentence:
+            continue
+        if seen < max_sentences:
+            reservoir.append(sentence)
+        else:
+            j = int(rng.random() * (seen + 1))
+            if j < max_sentences:
+                reservoir[j] = sentence
+        seen += 1
+    return reservoir
+
+
+def _training_error(err: RuntimeError, vocab_size: int) -> ValueError:
+    """Turns a SentencePiece training failure into a ValueError that says why."""
+    message = str(err)
+    too_high = re.search(r"Vocabulary size too high .*?<= (\d+)", message)
+    if too_high:
+        return ValueError(
+            f"vocab_size={vocab_size} is too large for this data: SentencePiece "
+            f"reports a maximum of {too_high.group(1)}; train on more text or ask for "
+            f"at most {too_high.group(1)} pieces"
+        )
+    too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
+    if too_low:
+        return ValueError(
+            f"vocab_size={vocab_size} is too small for this data: it needs at least "
+            f"{too_low.group(2)} pieces ({_NUM_RESERVED} reserved plus the characters "
+            f"kept by character_coverage)"
+        )
+    return ValueError(f"SentencePiece training failed for vocab_size={vocab_size}: {message}")
+
+
+def _write_atomically(data: bytes, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp_name, path)
+    finally:
+        if os.path.exists(tmp_name):
+            os.remove(tmp_name)
+
+
+def train_sentencepiece(
+    sentences: Iterable[str],
+    output_path: PathLike,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    seed: int = 0,
+    max_sentences: int | None = None,
+    num_threads: int = 1,
+) -> Path:
+    """Trains a SentencePiece model on in-memory sentences and writes it to disk.
+
+    For a joint source/target vocabulary, pass the sentences of both
+    languages. The model reserves ``<pad>``=0, ``<unk>``=1, ``<s>``=2 and
+    ``</s>``=3 and has exactly ``vocab_size`` pieces. Text is normalized with
+    SentencePiece's default ``nmt_nfkc`` rule (NFKC, whitespace runs collapsed).
+
+    Training is deterministic: the same sentences and arguments give the same
+    model bytes on every run (input order is kept, no internal sampling; the
+    result does depend on ``num_threads``).
+
+    Args:
+        sentences: Training text, one sentence per item; empty items are
+            skipped.
+        output_path: Where to write the model (e.g. ``run_dir / "spm.model"``);
+            written through a temporary file and a rename, parent directories
+            created.
+        vocab_size: Exact number of pieces, the 4 reserved ones included.
+        model_type: ``unigram`` (default), ``bpe``, ``char`` or ``word``.
+        character_coverage: Fraction of characters covered by the model; rarer
+            characters map to ``<unk>``. 1.0 suits languages with small
+            alphabets.
+        seed: Seed of the sample drawn when ``max_sentences`` is exceeded.
+        max_sentences: If set and there are more non-empty sentences, train on
+            a seeded uniform sample of this many.
+        num_threads: SentencePiece trainer threads.
+
+    Returns:
+        ``output_path`` as a :class:`pathlib.Path`.
+
+    Raises:
+        ValueError: On an invalid argument, no non-empty sentence, or a
+            ``vocab_size`` the data cannot support (the message gives the
+            requested size and the limit SentencePiece reported).
+
+    Example:
+        >>> path = train_sentencepiece(["a small example", "ein kleines Beispiel"] * 50,
+        ...                            "/tmp/spm.model", vocab_size=30)  # doctest: +SKIP
+        >>> Tokenizer(path).vocabulary_size  # doctest: +SKIP
+        30
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= _NUM_RESERVED:
+        raise ValueError(f"vocab_size must be an int > {_NUM_RESERVED} (the reserved ids), "
+                         f"got {vocab_size!r}")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"Unknown model_type {model_type!r}; valid: {', '.join(_MODEL_TYPES)}")
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}")
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be positive or None, got {max_sentences}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be positive, got {num_threads}")
+    if isinstance(sentences, str):
+        raise ValueError("sentences must be an iterable of strings, not a single string")
+    corpus = _sample_sentences(sentences, max_sentences, seed)
+    if not corpus:
+        raise ValueError("No non-empty sentence to train SentencePiece on")
+
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(corpus),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece="<pad>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=num_threads,
+            minloglevel=2,
+        )
+    except RuntimeError as err:
+        raise _training_error(err, vocab_size) from err
+    output_path = Path(output_path)
+    _write_atomically(model.getvalue(), output_path)
+    return output_path
+
+
+class Tokenizer(tf.Module):
+    """A SentencePiece tokenizer usable eagerly, in ``tf.data`` and in graphs.
+
+    Wraps a :class:`tensorflow_text.SentencepieceTokenizer` built from the
+    serialized model. Being a :class:`tf.Module`, it is tracked when assigned
+    as an attribute of a Keras model or ``tf.Module``, so functions that use it
+    can be saved with ``tf.saved_model.save``.
+
+    Args:
+        model: Path of a ``.model`` file, or the serialized model bytes.
+        name: Module name.
+
+    Raises:
+        FileNotFoundError: If ``model`` is a path that does not exist.
+        ValueError: If the data is not a SentencePiece model, or the model
+            does not reserve ``<pad>``=0, ``<unk>``=1, ``<s>``=2, ``</s>``=3.
+
+    Example:
+        >>> tokenizer = Tokenizer("runs/demo/spm.model")  # doctest: +SKIP
+        >>> ids = tokenizer.tokenize(["A dog runs.", "Ein Hund rennt."])  # doctest: +SKIP
+        >>> tokenizer.detokenize(ids).numpy()  # doctest: +SKIP
+        array([b'A dog runs.', b'Ein Hund rennt.'], dtype=object)
+    """
+
+    def __init__(self, model: PathLike | bytes, name: str = "tokenizer") -> None:
+        super().__init__(name=name)
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            proto = bytes(model)
+            source = "the given model bytes"
+        else:
+            path = Path(model)
+            if not path.is_file():
+                raise FileNotFoundError(f"No such SentencePiece model file: {path}")
+            proto = path.read_bytes()
+            source = str(path)
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(proto)
+        except (RuntimeError, OSError) as err:
+            raise ValueError(f"Not a valid SentencePiece model: {source} ({err})") from err
+        found = {"pad": processor.pad_id(), "unk": processor.unk_id(),
+                 "bos": processor.bos_id(), "eos": processor.eos_id()}
+        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+        if found != expected:
+            raise ValueError(
+                f"SentencePiece model {source} has reserved ids {found}, expected {expected}; "
+                f"train it with train_sentencepiece"
+            )
+        self._model_proto = proto
+        self._processor = processor
+        self._sentencepiece = tf_text.SentencepieceTokenizer(
+            model=proto, out_type=tf.int32, add_bos=False, add_eos=False)
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        return self._model_proto
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of pieces, reserved ones included."""
+        return self._processor.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        """Id of ``<pad>`` (0)."""
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """Id of ``<unk>`` (1)."""
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        """Id of ``<s>`` (2)."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """Id of ``</s>`` (3)."""
+        return EOS_ID
+
+    def id_to_piece(self, piece_id: int) -> str:
+        """Returns the piece string of an id, e.g. ``"▁dog"`` or ``"</s>"``.
+
+        Raises:
+            ValueError: If ``piece_id`` is outside ``[0, vocabulary_size)``.
+        """
+        if not 0 <= int(piece_id) < self.vocabulary_size:
+            raise ValueError(f"Piece id {piece_id} is out of range; the vocabulary has "
+                             f"{self.vocabulary_size} pieces")
+        return self._processor.id_to_piece(int(piece_id))
+
+    def tokenize(self, strings) -> tf.RaggedTensor:
+        """Splits text into piece ids, without adding ``<s>`` or ``</s>``.
+
+        Args:
+            strings: A string, a list of strings, or a ``tf.string`` tensor.
+
+        Returns:
+            For a batch (rank-1) of strings, an ``int32`` ``tf.RaggedTensor``
+            of shape ``(batch, None)``; for a single string, an ``int32``
+            1-D ``tf.Tensor``.
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        return self._sentencepiece.tokenize(strings)
+
+    def detokenize(self, ids) -> tf.Tensor:
+        """Turns ids back into text, ignoring padding and special pieces.
+
+        Each row is cut at its first ``</s>``; ``<pad>`` and ``<s>`` are
+        dropped. This makes the method suitable for padded batches and for
+        decoder output that continues after ``</s>``.
+
+        Args:
+            ids: Integer ids, dense (padded) or ragged, of shape
+                ``(batch, length)`` or ``(length,)``; any integer dtype.
+
+        Returns:
+            A ``tf.string`` tensor of shape ``(batch,)``, or a scalar for 1-D
+            input.
+
+        Raises:
+            ValueError: If ``ids`` is not of rank 1 or 2.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            try:
+                ids = tf.convert_to_tensor(ids)
+            except (ValueError, TypeError):
+                ids = tf.ragged.constant(ids)
+        rank = ids.shape.rank
+        if rank not in (1, 2):
+            raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {ids.shape}")
+        if rank == 1:
+            return self.detokenize(ids[tf.newaxis])[0]
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(ids, tf.int32)
+        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
+        keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+        return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))
+
+    def as_keras_hub(self):
+        """Returns an equivalent ``keras_hub.tokenizers.SentencePieceTokenizer``.
+
+        It gives the same ids as :meth:`tokenize`, for use with keras-hub
+        preprocessing layers.
+
+        Example:
+            >>> hub_tokenizer = tokenizer.as_keras_hub()  # doctest: +SKIP
+            >>> hub_tokenizer(["A dog runs."])  # doctest: +SKIP
+        """
+        import keras_hub
+
+        return keras_hub.tokenizers.SentencePieceTokenizer(proto=self._model_proto)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocabulary_size={self.vocabulary_size})"

@@ -1,0 +1,315 @@
+"""Scaled dot-product attention (paper eq. 1) and multi-head attention (section 3.2.2).
+
+Shape letters: B batch, Q query length, K key length, L cache length, D model width,
+H heads, Dk key/query width per head, Dv value width per head.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import masks as masks_lib
+from keras_transformer.layers.checks import check_positive_int, check_rate
+
+# Added to masked scores before the softmax. The softmax runs in float32 (also under
+# mixed precision), where -1e9 underflows exp() to exactly 0.
+MASK_VALUE = -1e9
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper eq. 1).
+
+    Works on any leading (batch, head) axes. Masked positions get `MASK_VALUE` added
+    before the softmax; the softmax itself is computed in float32 whatever the input
+    dtype (mixed precision), and its result is cast back to the value dtype.
+
+    Args:
+        query: `(..., Q, Dk)`.
+        key: `(..., K, Dk)`.
+        value: `(..., K, Dv)`.
+        mask: optional bool tensor broadcastable to `(..., Q, K)`; `True` = may attend.
+
+    Returns:
+        `(outputs, weights)`: outputs `(..., Q, Dv)` in the value dtype and attention
+        weights `(..., Q, K)` in float32.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.random.rand(2, 5, 8).astype("float32")
+    >>> k = v = np.random.rand(2, 7, 8).astype("float32")
+    >>> out, weights = scaled_dot_product_attention(q, k, v)
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((2, 5, 8), (2, 5, 7))
+    """
+    weights = attention_weights(query, key, mask)  # (..., Q, K) float32
+    outputs = ops.matmul(ops.cast(weights, value.dtype), value)  # (..., Q, Dv)
+    return outputs, weights
+
+
+def attention_weights(query, key, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) with masking, in float32: the weights of eq. 1.
+
+    Args:
+        query: `(..., Q, Dk)`.
+        key: `(..., K, Dk)`.
+        mask: optional bool tensor broadcastable to `(..., Q, K)`; `True` = may attend.
+
+    Returns:
+        float32 `(..., Q, K)`.
+    """
+    depth = query.shape[-1]
+    if depth is None:
+        depth = ops.shape(query)[-1]
+    query = ops.multiply(query, ops.cast(1.0 / math.sqrt(depth), query.dtype))
+    scores = ops.cast(ops.matmul(query, ops.swapaxes(key, -1, -2)), "float32")  # (..., Q, K)
+    if mask is not None:
+        scores = ops.where(ops.cast(mask, "bool"), scores, MASK_VALUE)
+    return ops.softmax(scores, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention: Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The model width D is inferred from the query in `build`; by default
+    `key_dim = value_dim = D / num_heads` as in the paper. The weights have the same
+    shapes as `keras.layers.MultiHeadAttention` (`(D, H, Dk)` projections, `(H, Dv, D)`
+    output), so weights can be copied between the two.
+
+    **Key/value cache.** For incremental decoding, pass `cache` (a dict
+    `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`):
+
+    * with `cache_index` (self-attention): the keys/values of the `Q` new query positions
+      are written into the preallocated buffer at `cache_index`, and the queries attend
+      over the whole buffer; `use_causal_mask=True` hides the slots after each query.
+    * without `cache_index` (encoder-decoder attention): the cache holds keys/values
+      computed once by `compute_cache(encoder_outputs)` and is reused every step; the
+      `value`/`key` arguments are ignored.
+
+    In cached mode the call always returns `(outputs, cache)`.
+
+    Args:
+        num_heads: number of heads H.
+        key_dim: per-head query/key width Dk. Defaults to D / H.
+        value_dim: per-head value width Dv. Defaults to `key_dim`.
+        output_dim: width of the output. Defaults to the query width D.
+        dropout: dropout rate on the attention weights (the paper uses 0).
+        use_bias: whether the projections have biases.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the biases.
+
+    Call arguments:
+        query: `(B, Q, D)`.
+        value: `(B, K, D)`; may be `None` with a static (cross-attention) cache.
+        key: `(B, K, D)`; defaults to `value`.
+        attention_mask: optional bool `(B, Q, K)`; True = may attend.
+        query_mask, value_mask, key_mask: optional padding masks `(B, Q)`, `(B, K)`, usually
+            filled in by Keras from implicit masks. Padded keys are not attended.
+        use_causal_mask: add the look-ahead mask (decoder self-attention).
+        return_attention_scores: also return the attention weights `(B, H, Q, K)`
+            (not in cached mode).
+        cache: optional key/value cache dict (see above).
+        cache_index: int scalar; write position in the self-attention cache.
+        training: whether dropout is active.
+
+    Returns:
+        `outputs (B, Q, output_dim)`; or `(outputs, scores)` with
+        `return_attention_scores=True`; or `(outputs, cache)` in cached mode.
+
+    Example:
+
+    >>> import keras
+    >>> from keras_transformer.layers import MultiHeadAttention
+    >>> tokens = keras.Input(shape=(None, 64))
+    >>> memory = keras.Input(shape=(None, 64))
+    >>> outputs = MultiHeadAttention(num_heads=4)(tokens, memory)
+    >>> model = keras.Model([tokens, memory], outputs)
+    >>> model.output_shape
+    (None, None, 64)
+
+    References:
+        Vaswani et al., 2017, "Attention Is All You Need", section 3.2.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim=None,
+        value_dim=None,
+        output_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("num_heads", num_heads)
+        for name, value in (("key_dim", key_dim), ("value_dim", value_dim), ("output_dim", output_dim)):
+            if value is not None:
+                check_positive_int(name, value)
+        check_rate("dropout", dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.output_dim = output_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+        self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="attention_dropout")
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        hidden_dim = query_shape[-1]
+        value_width = hidden_dim if value_shape is None else value_shape[-1]
+        key_width = value_width if key_shape is None else key_shape[-1]
+        key_dim = self.key_dim
+        if key_dim is None:
+            if hidden_dim % self.num_heads:
+                raise ValueError(
+                    "num_heads must divide the model width when key_dim is not given. "
+                    f"Received: num_heads={self.num_heads}, d_model={hidden_dim}"
+                )
+            key_dim = hidden_dim // self.num_heads
+        value_dim = self.value_dim or key_dim
+        output_dim = self.output_dim or hidden_dim
+        self._key_dim, self._value_dim, self._output_dim = key_dim, value_dim, output_dim
+        heads = self.num_heads
+        self.query_kernel = self._kernel("query_kernel", (hidden_dim, heads, key_dim))
+        self.key_kernel = self._kernel("key_kernel", (key_width, heads, key_dim))
+        self.value_kernel = self._kernel("value_kernel", (value_width, heads, value_dim))
+        self.output_kernel = self._kernel("output_kernel", (heads, value_dim, output_dim))
+        if self.use_bias:
+            self.query_bias = self._bias("query_bias", (heads, key_dim))
+            self.key_bias = self._bias("key_bias", (heads, key_dim))
+            self.value_bias = self._bias("value_bias", (heads, value_dim))
+            self.output_bias = self._bias("output_bias", (output_dim,))
+        self._dropout_layer.build(None)
+        self.built = True
+
+    def _kernel(self, name, shape):
+        return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
+
+    def _bias(self, name, shape):
+        return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
+
+    def _project(self, inputs, kernel, bias):
+        projected = ops.einsum("btd,dhk->bhtk", inputs, kernel)  # (B, H, T, Dk)
+        if self.use_bias:
+            projected = projected + ops.expand_dims(bias, axis=1)  # bias (H, 1, Dk)
+        return projected
+
+    def compute_cache(self, key_value_sequence, key_sequence=None):
+        """Keys/values of a memory, computed once (encoder-decoder attention).
+
+        Args:
+            key_value_sequence: `(B, K, D)` memory (the encoder output).
+            key_sequence: optional separate key memory; defaults to `key_value_sequence`.
+
+        Returns:
+            `{"key": (B, H, K, Dk), "value": (B, H, K, Dv)}`.
+        """
+        if key_sequence is None:
+            key_sequence = key_value_sequence
+        return {
+            "key": self._project(key_sequence, self.key_kernel, getattr(self, "key_bias", None)),
+            "value": self._project(key_value_sequence, self.value_kernel, getattr(self, "value_bias", None)),
+        }
+
+    def init_cache(self, batch_size, max_length):
+        """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`."""
+        dtype = self.compute_dtype
+        return {
+            "key": ops.zeros((batch_size, self.num_heads, max_length, self._key_dim), dtype=dtype),
+            "value": ops.zeros((batch_size, self.num_heads, max_length, self._value_dim), dtype=dtype),
+        }
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        cache=None,
+        cache_index=None,
+        training=None,
+    ):
+        if cache is not None and return_attention_scores:
+            raise ValueError(
+                "return_attention_scores is not available in cached mode, which always "
+                "returns (outputs, cache). Received: return_attention_scores=True with a cache."
+            )
+        query_length = ops.shape(query)[1]
+        queries = self._project(query, self.query_kernel, getattr(self, "query_bias", None))  # (B, H, Q, Dk)
+        causal_offset = 0
+        if cache is None:
+            if value is None:
+                raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
+            key = value if key is None else key
+            key_mask = value_mask if key_mask is None else key_mask
+            keys = self._project(key, self.key_kernel, getattr(self, "key_bias", None))  # (B, H, K, Dk)
+            values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))  # (B, H, K, Dv)
+        elif cache_index is None:  # static memory: encoder-decoder attention
+            keys, values = cache["key"], cache["value"]
+        else:  # self-attention: write the new positions into the buffer
+            key = query if key is None else key
+            value = query if value is None else value
+            new_keys = self._project(key, self.key_kernel, getattr(self, "key_bias", None))
+            new_values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))
+            start = [0, 0, cache_index, 0]
+            keys = ops.slice_update(cache["key"], start, ops.cast(new_keys, cache["key"].dtype))
+            values = ops.slice_update(cache["value"], start, ops.cast(new_values, cache["value"].dtype))
+            cache = {"key": keys, "value": values}
+            causal_offset = cache_index
+            key_mask = None  # unwritten slots are hidden by the causal mask
+        mask = masks_lib.merge_masks(
+            query_length,
+            ops.shape(keys)[2],
+            query_padding_mask=query_mask,
+            key_padding_mask=key_mask,
+            attention_mask=attention_mask,
+            causal=use_causal_mask,
+            causal_offset=causal_offset,
+        )
+        if mask is not None:
+            mask = mask[:, None, :, :]  # (B|1, 1, Q, K) broadcast over heads
+        weights = attention_weights(queries, keys, mask)  # (B, H, Q, K) float32
+        dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
+        outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
+        outputs = ops.einsum("bhqv,hvd->bqd", outputs, self.output_kernel)  # (B, Q, D)
+        if self.use_bias:
+            outputs = outputs + self.output_bias
+        if cache is not None:
+            return outputs, cache
+        if return_attention_scores:
+            return outputs, weights
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "output_dim": self.output_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+

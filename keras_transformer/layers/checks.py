@@ -1,0 +1,15 @@
+"""Argument validation shared by the layers and the model config."""
+
+import numbers
+
+
+def check_positive_int(name, value):
+    """Raise `ValueError` naming `name` unless `value` is a positive int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+
+
+def check_rate(name, value):
+    """Raise `ValueError` naming `name` unless `0 <= value < 1`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1). Received: {name}={value!r}")

@@ -1,0 +1,196 @@
+"""The model configuration: one frozen, validated dataclass and a table of presets.
+
+Presets are data (one row per preset in `PRESETS`), variants are `dataclasses.replace`.
+Names follow Keras (`hidden_dim` is the paper's d_model, `intermediate_dim` its d_ff,
+`key_dim`/`value_dim` its d_k/d_v, `dropout` its P_drop, `label_smoothing` its epsilon_ls).
+"""
+
+import dataclasses
+from typing import Optional
+
+from keras_transformer.layers.checks import check_positive_int, check_rate
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Everything that defines a Transformer and the paper's training recipe for it.
+
+    Model:
+        vocabulary_size: shared source/target vocabulary (37,000 BPE tokens in the paper).
+        num_encoder_layers, num_decoder_layers: N.
+        hidden_dim: d_model.
+        intermediate_dim: d_ff.
+        num_heads: h.
+        key_dim, value_dim: d_k, d_v per head; `None` means hidden_dim / num_heads.
+        dropout: P_drop on sub-layer outputs and on embedding + position sums.
+        attention_dropout, activation_dropout: extra dropouts (0 in the paper).
+        activation: FFN activation.
+        layer_norm_epsilon: LayerNorm epsilon.
+        normalize_first: pre-LN (False = the paper's post-LN).
+        positional: "sinusoidal" (paper) or "learned" (Table 3 row E).
+        max_length: longest source/target sequence in tokens (learned positions, buffers).
+        share_embeddings: one embedding matrix for source and target tokens.
+        tie_output: reuse the target embedding matrix as the pre-softmax projection.
+
+    Training and decoding (the paper's values by default):
+        label_smoothing: epsilon_ls.
+        warmup_steps: of the learning-rate schedule.
+        train_steps: total training steps.
+        beam_size, length_penalty, max_output_offset: beam search settings
+            (max output length = source length + offset).
+        average_checkpoints: how many last checkpoints to average.
+    """
+
+    vocabulary_size: int = 37000
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    hidden_dim: int = 512
+    intermediate_dim: int = 2048
+    num_heads: int = 8
+    key_dim: Optional[int] = None
+    value_dim: Optional[int] = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    layer_norm_epsilon: float = 1e-6
+    normalize_first: bool = False
+    positional: str = "sinusoidal"
+    max_length: int = 256
+    share_embeddings: bool = True
+    tie_output: bool = True
+    label_smoothing: float = 0.1
+    warmup_steps: int = 4000
+    train_steps: int = 100000
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_output_offset: int = 50
+    average_checkpoints: int = 5
+
+    def __post_init__(self):
+        for name in (
+            "vocabulary_size",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_heads",
+            "max_length",
+            "warmup_steps",
+            "train_steps",
+            "beam_size",
+            "average_checkpoints",
+        ):
+            check_positive_int(name, getattr(self, name))
+        for name in ("key_dim", "value_dim"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        if self.key_dim is None and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                "num_heads must divide hidden_dim (d_model) when key_dim is not given. "
+                f"Received: num_heads={self.num_heads}, hidden_dim={self.hidden_dim}"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            check_rate(name, getattr(self, name))
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}")
+        if not self.layer_norm_epsilon > 0:
+            raise ValueError(f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}")
+        if self.length_penalty < 0:
+            raise ValueError(f"length_penalty must be >= 0. Received: length_penalty={self.length_penalty!r}")
+        if isinstance(self.max_output_offset, bool) or not isinstance(self.max_output_offset, int) or self.max_output_offset < 0:
+            raise ValueError(f"max_output_offset must be an integer >= 0. Received: max_output_offset={self.max_output_offset!r}")
+
+    @property
+    def head_key_dim(self):
+        """d_k actually used: `key_dim` or hidden_dim / num_heads."""
+        return self.key_dim or self.hidden_dim // self.num_heads
+
+    @property
+    def head_value_dim(self):
+        """d_v actually used: `value_dim` or `head_key_dim`."""
+        return self.value_dim or self.head_key_dim
+
+    def replace(self, **changes):
+        """A copy with `changes` applied (and validated). Unknown field names raise ValueError."""
+        unknown = sorted(set(changes) - {field.name for field in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"Unknown config field(s) {unknown}. Valid fields: {sorted(self.to_dict())}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        return cls().replace(**values)
+
+
+# Each preset: its description and the fields it changes from the defaults (= "base").
+# Table 3 rows keep base's other settings; rows (A) keep h * d_k = d_model (constant compute).
+PRESETS = {
+    "base": ("Transformer (base), Table 3 first row: ~65M parameters", {}),
+    "big": (
+        "Transformer (big): d_model 1024, d_ff 4096, 16 heads, P_drop 0.3, ~213M parameters",
+        dict(hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3, train_steps=300000, average_checkpoints=20),
+    ),
+    "table3_a_h1": ("Table 3 (A): h=1, d_k=d_v=512", dict(num_heads=1)),
+    "table3_a_h4": ("Table 3 (A): h=4, d_k=d_v=128", dict(num_heads=4)),
+    "table3_a_h16": ("Table 3 (A): h=16, d_k=d_v=32", dict(num_heads=16)),
+    "table3_a_h32": ("Table 3 (A): h=32, d_k=d_v=16", dict(num_heads=32)),
+    "table3_b_dk16": ("Table 3 (B): d_k=16 (d_v=64)", dict(key_dim=16, value_dim=64)),
+    "table3_b_dk32": ("Table 3 (B): d_k=32 (d_v=64)", dict(key_dim=32, value_dim=64)),
+    "table3_c_n2": ("Table 3 (C): N=2", dict(num_encoder_layers=2, num_decoder_layers=2)),
+    "table3_c_n4": ("Table 3 (C): N=4", dict(num_encoder_layers=4, num_decoder_layers=4)),
+    "table3_c_n8": ("Table 3 (C): N=8", dict(num_encoder_layers=8, num_decoder_layers=8)),
+    "table3_c_d256": ("Table 3 (C): d_model=256, d_k=d_v=32", dict(hidden_dim=256)),
+    "table3_c_d1024": ("Table 3 (C): d_model=1024, d_k=d_v=128", dict(hidden_dim=1024)),
+    "table3_c_dff1024": ("Table 3 (C): d_ff=1024", dict(intermediate_dim=1024)),
+    "table3_c_dff4096": ("Table 3 (C): d_ff=4096", dict(intermediate_dim=4096)),
+    "table3_d_drop0": ("Table 3 (D): P_drop=0.0", dict(dropout=0.0)),
+    "table3_d_drop02": ("Table 3 (D): P_drop=0.2", dict(dropout=0.2)),
+    "table3_d_ls0": ("Table 3 (D): epsilon_ls=0.0", dict(label_smoothing=0.0)),
+    "table3_d_ls02": ("Table 3 (D): epsilon_ls=0.2", dict(label_smoothing=0.2)),
+    "table3_e_learned": ("Table 3 (E): learned positional embedding instead of sinusoids", dict(positional="learned")),
+    "tiny": (
+        "CPU preset: 4+4 layers, d_model 128, d_ff 256, 4 heads",
+        dict(
+            vocabulary_size=8000,
+            num_encoder_layers=4,
+            num_decoder_layers=4,
+            hidden_dim=128,
+            intermediate_dim=256,
+            num_heads=4,
+            max_length=128,
+            warmup_steps=1000,
+            train_steps=3000,
+        ),
+    ),
+    "small": (
+        "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",
+        dict(
+            vocabulary_size=8000,
+            num_encoder_layers=3,
+            num_decoder_layers=3,
+            hidden_dim=256,
+            intermediate_dim=1024,
+            num_heads=4,
+            max_length=128,
+            warmup_steps=2000,
+            train_steps=10000,
+        ),
+    ),
+}
+
+
+def get_preset(name, **overrides):
+    """The config of preset `name`, with `overrides` applied.
+
+    Raises:
+        ValueError: unknown preset (the message lists the valid names) or bad overrides.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Valid presets: {', '.join(PRESETS)}")
+    return TransformerConfig().replace(**PRESETS[name][1]).replace(**overrides)

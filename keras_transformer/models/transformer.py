@@ -1,0 +1,258 @@
+"""The encoder-decoder Transformer as a functional Keras model (paper section 3, Figure 1).
+
+Shape letters: B batch, S source length, T target length, L cache length, D model width,
+V vocabulary size.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.decoder import DecoderBlock
+from keras_transformer.layers.embedding import SharedEmbedding
+from keras_transformer.layers.encoder import EncoderBlock
+from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding
+from keras_transformer.models.config import TransformerConfig, get_preset
+
+PAD_ID = 0
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer: `{"source_ids", "target_ids"}` -> float32 logits `(B, T, V)`.
+
+    A functional model built from the toolkit's layers. `target_ids` is the shifted
+    target (BOS first); id 0 is padding. Source and target share one embedding matrix,
+    scaled by sqrt(d_model), which is also the pre-softmax projection (untied options in
+    the config). Dropout is applied to the sums of embeddings and positional encodings.
+
+    Besides the functional call, it exposes the views used by decoding and export:
+    `encode`, `init_cache`, `decode_step` (one or more steps with the key/value cache,
+    returning `(logits, cache)`), and `decode` (a full teacher-forced decoder pass).
+
+    Args:
+        config: a `TransformerConfig`, or a preset name.
+        dtype: a dtype policy, e.g. "mixed_bfloat16".
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import Transformer, get_preset
+    >>> model = Transformer(get_preset("tiny", vocabulary_size=100, num_encoder_layers=1,
+    ...                                num_decoder_layers=1))
+    >>> logits = model({"source_ids": np.array([[5, 6, 3]]), "target_ids": np.array([[2, 7]])})
+    >>> tuple(logits.shape)
+    (1, 2, 100)
+    """
+
+    def __init__(self, config, dtype=None, **kwargs):
+        if isinstance(config, str):
+            config = get_preset(config)
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        self.config = config
+        policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+        # --- layers ---
+        source_embedding = SharedEmbedding(config.vocabulary_size, config.hidden_dim, dtype=policy, name="token_embedding")
+        if config.share_embeddings:
+            target_embedding = source_embedding
+        else:
+            target_embedding = SharedEmbedding(
+                config.vocabulary_size, config.hidden_dim, dtype=policy, name="target_token_embedding"
+            )
+        if config.positional == "learned":
+            source_position = PositionEmbedding(config.max_length, dtype=policy, name="source_position_embedding")
+            target_position = PositionEmbedding(config.max_length, dtype=policy, name="target_position_embedding")
+        else:
+            source_position = target_position = PositionalEncoding(dtype=policy, name="positional_encoding")
+        block_kwargs = dict(
+            num_heads=config.num_heads,
+            intermediate_dim=config.intermediate_dim,
+            key_dim=config.key_dim,
+            value_dim=config.value_dim,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
+            activation=config.activation,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            normalize_first=config.normalize_first,
+            dtype=policy,
+        )
+        encoder_layers = [EncoderBlock(name=f"encoder_layer_{i}", **block_kwargs) for i in range(config.num_encoder_layers)]
+        decoder_layers = [DecoderBlock(name=f"decoder_layer_{i}", **block_kwargs) for i in range(config.num_decoder_layers)]
+        final_norms = {}
+        if config.normalize_first:
+            for side in ("encoder", "decoder"):
+                final_norms[side] = keras.layers.LayerNormalization(
+                    epsilon=config.layer_norm_epsilon, dtype=policy, name=f"{side}_final_layer_norm"
+                )
+        output_projection = None
+        if not config.tie_output:
+            output_projection = keras.layers.Dense(config.vocabulary_size, dtype=policy, name="output_projection")
+        source_dropout = keras.layers.Dropout(config.dropout, dtype=policy, name="source_embedding_dropout")
+        target_dropout = keras.layers.Dropout(config.dropout, dtype=policy, name="target_embedding_dropout")
+
+        self.source_embedding = source_embedding
+        self.target_embedding = target_embedding
+        self.source_position = source_position
+        self.target_position = target_position
+        self.source_dropout = source_dropout
+        self.target_dropout = target_dropout
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.final_norms = final_norms
+        self.output_projection = output_projection
+
+        # --- functional graph ---
+        source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
+        target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
+        encoder_outputs, source_mask = self._encode(source_ids, training=None)
+        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None)
+        super().__init__(
+            inputs={"source_ids": source_ids, "target_ids": target_ids},
+            outputs=logits,
+            dtype=policy,
+            **kwargs,
+        )
+
+    # --- the views used by decoding and export ---
+
+    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None):
+        hidden = embedding(token_ids)  # (B, T, D), scaled by sqrt(D)
+        hidden = hidden + position(hidden, start_index=start_index)
+        return dropout(hidden, training=training)
+
+    def _encode(self, source_ids, training=None):
+        source_mask = padding_mask(source_ids, PAD_ID)  # (B, S)
+        hidden = self._embed(source_ids, self.source_embedding, self.source_position, self.source_dropout, training=training)
+        for layer in self.encoder_layers:
+            hidden = layer(hidden, padding_mask=source_mask, training=training)  # (B, S, D)
+        if "encoder" in self.final_norms:
+            hidden = self.final_norms["encoder"](hidden)
+        return hidden, source_mask
+
+    def _logits(self, hidden):
+        if "decoder" in self.final_norms:
+            hidden = self.final_norms["decoder"](hidden)
+        if self.output_projection is None:
+            return self.target_embedding(hidden, reverse=True)  # (B, T, V) float32
+        return ops.cast(self.output_projection(hidden), "float32")
+
+    def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False):
+        target_mask = padding_mask(target_ids, PAD_ID)  # (B, T)
+        hidden = self._embed(target_ids, self.target_embedding, self.target_position, self.target_dropout, training=training)
+        scores = []
+        for layer in self.decoder_layers:
+            result = layer(
+                hidden,
+                encoder_outputs,
+                decoder_padding_mask=target_mask,
+                encoder_padding_mask=source_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                hidden, layer_scores = result
+                scores.append(layer_scores)
+            else:
+                hidden = result
+        logits = self._logits(hidden)
+        if return_attention_scores:
+            return logits, scores
+        return logits
+
+    def encode(self, source_ids, training=False):
+        """Run the encoder.
+
+        Args:
+            source_ids: int `(B, S)`, 0 = padding.
+
+        Returns:
+            `(encoder_outputs (B, S, D), source_padding_mask (B, S) bool)`.
+        """
+        return self._encode(ops.convert_to_tensor(source_ids, "int32"), training=training)
+
+    def encoder_attention_scores(self, source_ids):
+        """Self-attention weights of every encoder layer: a list of `(B, H, S, S)`."""
+        source_ids = ops.convert_to_tensor(source_ids, "int32")
+        source_mask = padding_mask(source_ids, PAD_ID)
+        hidden = self._embed(source_ids, self.source_embedding, self.source_position, self.source_dropout, training=False)
+        scores = []
+        for layer in self.encoder_layers:
+            hidden, layer_scores = layer(hidden, padding_mask=source_mask, return_attention_scores=True, training=False)
+            scores.append(layer_scores)
+        return scores
+
+    def decode(self, target_ids, encoder_outputs, source_padding_mask, training=False, return_attention_scores=False):
+        """A full (teacher-forced, uncached) decoder pass.
+
+        Args:
+            target_ids: int `(B, T)`, shifted target (BOS first), 0 = padding.
+            encoder_outputs: `(B, S, D)` from `encode`.
+            source_padding_mask: bool `(B, S)` from `encode`.
+            return_attention_scores: also return, per decoder layer,
+                `{"self": (B, H, T, T), "cross": (B, H, T, S)}`.
+
+        Returns:
+            float32 logits `(B, T, V)`, or `(logits, scores)`.
+        """
+        return self._decode(
+            ops.convert_to_tensor(target_ids, "int32"),
+            encoder_outputs,
+            source_padding_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+
+    def init_cache(self, encoder_outputs, max_length):
+        """Per-decoder-layer caches: empty self-attention buffers of `max_length` slots and
+        the encoder-decoder keys/values computed once from `encoder_outputs`.
+
+        Returns:
+            a tuple with one `{"self": {"key", "value"}, "cross": {"key", "value"}}` per layer.
+        """
+        return tuple(layer.init_cache(encoder_outputs, max_length) for layer in self.decoder_layers)
+
+    def decode_step(self, token_ids, cache, cache_index, source_padding_mask):
+        """Decode new target positions with the cache (inference: dropout off).
+
+        Args:
+            token_ids: int `(B, Q)`: the tokens at target positions
+                `cache_index .. cache_index + Q - 1` (usually Q = 1).
+            cache: from `init_cache` or a previous `decode_step`.
+            cache_index: int scalar, the target position of `token_ids[:, 0]`.
+            source_padding_mask: bool `(B, S)` from `encode`.
+
+        Returns:
+            `(logits (B, Q, V) float32, cache)`.
+        """
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        hidden = self._embed(
+            token_ids, self.target_embedding, self.target_position, self.target_dropout, start_index=cache_index, training=False
+        )
+        new_cache = []
+        for layer, layer_cache in zip(self.decoder_layers, cache):
+            hidden, layer_cache = layer(
+                hidden,
+                encoder_padding_mask=source_padding_mask,
+                cache=layer_cache,
+                cache_index=cache_index,
+                training=False,
+            )
+            new_cache.append(layer_cache)
+        return self._logits(hidden), tuple(new_cache)
+
+    def get_config(self):
+        return {
+            "config": self.config.to_dict(),
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "name": self.name,
+            "trainable": self.trainable,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

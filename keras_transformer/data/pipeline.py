@@ -4,11 +4,12 @@ Data flow of :func:`make_dataset`::
 
     (source, target) strings
       -> shard (one shard per input pipeline under tf.distribute)
-      -> shuffle (seeded) -> repeat (optional)
+      -> shuffle (seeded)
       -> tokenize in-graph with the Tokenizer
       -> source_ids = tokens + [EOS]; target_ids = [BOS] + tokens;
          labels = tokens + [EOS]
       -> drop pairs longer than max_length
+      -> repeat (optional; each pass is shuffled anew)
       -> group by length bucket, pad to the bucket boundary and batch so that
          batch_size * boundary <= batch_tokens
       -> prefetch
@@ -164,8 +165,6 @@ def make_dataset(
         buffer_size = -(-len(pairs) // (input_context.num_input_pipelines
                                         if input_context is not None else 1))
         dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
 
     def encode(source: tf.Tensor, target: tf.Tensor):
         source_tokens = tokenizer.tokenize(source)
@@ -177,20 +176,29 @@ def make_dataset(
                 tf.concat([target_tokens, eos], axis=1))
 
     # Tokenizing a batch at a time is much faster than one string at a time;
-    # unbatch restores the element order.
+    # unbatch restores the element order. Unbatched rows of a ragged batch are
+    # typed RaggedTensorSpec(ragged_rank=0), which padded_batch rejects; inside
+    # a map they arrive as plain tensors, so the identity map below retypes them.
     dataset = (dataset.batch(_TOKENIZE_BATCH)
                .map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-               .unbatch())
+               .unbatch()
+               .map(lambda source_ids, target_ids, labels: (source_ids, target_ids, labels)))
     dataset = dataset.filter(
         lambda source_ids, target_ids, labels: tf.logical_and(
             tf.size(source_ids) <= max_length, tf.size(labels) <= max_length))
+    if repeat:
+        # Repeating after the filter makes an all-filtered dataset end (and fail
+        # the cardinality assertion) instead of searching forever.
+        dataset = dataset.repeat().apply(
+            tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
     boundaries_tensor = tf.constant(boundaries, tf.int64)
     batch_sizes_tensor = tf.constant(batch_sizes, tf.int64)
 
     def bucket_of(source_ids, target_ids, labels):
         length = tf.cast(tf.maximum(tf.size(source_ids), tf.size(labels)), tf.int64)
-        return tf.searchsorted(boundaries_tensor, length[tf.newaxis], side="left")[0]
+        return tf.searchsorted(boundaries_tensor, length[tf.newaxis], side="left",
+                               out_type=tf.int64)[0]
 
     def batch_bucket(bucket, window):
         length = boundaries_tensor[bucket]

@@ -26,11 +26,14 @@ import random
 import re
 import tempfile
 from pathlib import Path
-from typing import Iterable, Union
+from typing import TYPE_CHECKING, Iterable, Sequence, Union
 
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+if TYPE_CHECKING:
+    import keras_hub
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -151,7 +154,8 @@ def train_sentencepiece(
         >>> Tokenizer(path).vocabulary_size  # doctest: +SKIP
         30
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= _NUM_RESERVED:
+    if (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+            or vocab_size <= _NUM_RESERVED):
         raise ValueError(f"vocab_size must be an int > {_NUM_RESERVED} (the reserved ids), "
                          f"got {vocab_size!r}")
     if model_type not in _MODEL_TYPES:
@@ -290,7 +294,7 @@ class Tokenizer(tf.Module):
                              f"{self.vocabulary_size} pieces")
         return self._processor.id_to_piece(int(piece_id))
 
-    def tokenize(self, strings) -> tf.RaggedTensor:
+    def tokenize(self, strings: str | Sequence[str] | tf.Tensor) -> tf.RaggedTensor | tf.Tensor:
         """Splits text into piece ids, without adding ``<s>`` or ``</s>``.
 
         Args:
@@ -304,7 +308,7 @@ class Tokenizer(tf.Module):
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self._sentencepiece.tokenize(strings)
 
-    def detokenize(self, ids) -> tf.Tensor:
+    def detokenize(self, ids: Sequence | tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Turns ids back into text, ignoring padding and special pieces.
 
         Each row is cut at its first ``</s>``; ``<pad>`` and ``<s>`` are
@@ -339,11 +343,14 @@ class Tokenizer(tf.Module):
         keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
         return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))
 
-    def as_keras_hub(self):
+    def as_keras_hub(self) -> keras_hub.tokenizers.SentencePieceTokenizer:
         """Returns an equivalent ``keras_hub.tokenizers.SentencePieceTokenizer``.
 
         It gives the same ids as :meth:`tokenize`, for use with keras-hub
-        preprocessing layers.
+        preprocessing layers. Called eagerly, the keras-hub tokenizer runs the
+        Python ``sentencepiece`` library and returns Python lists; inside a
+        ``tf.function`` or ``tf.data`` map it runs ``tensorflow_text`` ops and
+        returns a ``tf.RaggedTensor``.
 
         Example:
             >>> hub_tokenizer = tokenizer.as_keras_hub()  # doctest: +SKIP

@@ -1,0 +1,95 @@
+"""Train a translation Transformer.
+
+With no flags: the `tiny` preset on the embedded English -> German number-words task,
+on the CPU, in a few minutes. Real data:
+
+    python experiments/train.py --dataset=multi30k --data_dir=../shared/data/multi30k \
+        --preset=small --model_dir=runs/multi30k_en_de
+
+Running the same command again resumes from the latest checkpoint.
+"""
+
+from absl import app, flags, logging
+
+from keras_transformer import cli
+from keras_transformer.data.sources import DATASETS
+from keras_transformer.training import (
+    PRECISIONS,
+    STRATEGIES,
+    DataOptions,
+    TrainOptions,
+    create_strategy,
+    train_translation,
+)
+
+cli.define_config_flags("tiny")
+flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Training corpus.")
+flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
+flags.DEFINE_string("src_lang", "en", "Source language.")
+flags.DEFINE_string("tgt_lang", "de", "Target language.")
+flags.DEFINE_string("train_src", None, "--dataset=files: training source file (plain or .gz).")
+flags.DEFINE_string("train_tgt", None, "--dataset=files: training target file.")
+flags.DEFINE_string("val_src", None, "--dataset=files: validation source file.")
+flags.DEFINE_string("val_tgt", None, "--dataset=files: validation target file.")
+flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy.")
+flags.DEFINE_list("devices", None, "Devices for --strategy=mirrored (default: all GPUs, else the CPU).")
+flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (to try MirroredStrategy without GPUs).")
+flags.DEFINE_integer("batch_tokens", 4096, "Token budget of one batch per replica (source and target each).")
+flags.DEFINE_integer("accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update).")
+flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Numeric precision.")
+flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
+flags.DEFINE_string("model_dir", None, "Run directory (default: runs/<dataset>_<preset>).")
+flags.DEFINE_integer("seed", 0, "Random seed (initialization, dropout, shuffling).")
+flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every this many steps.")
+flags.DEFINE_integer("keep_checkpoints", 5, "Checkpoints to keep.")
+flags.DEFINE_integer("log_every", 50, "Log and write TensorBoard scalars every this many steps.")
+flags.DEFINE_integer("eval_every", 500, "Validation loss every this many steps (0: at the end only).")
+flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplier of the paper's learning-rate schedule.")
+flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
+
+FLAGS = flags.FLAGS
+
+# Vocabulary sizes that suit each corpus when --vocabulary_size is not given.
+DEFAULT_VOCABULARY = {"builtin": 128, "multi30k": 8000, "files": 8000, "wmt14": 37000}
+
+
+def main(argv):
+    del argv
+    if FLAGS.cpu_devices:
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.cpu_devices)
+    config = cli.config_from_flags(vocabulary_size=DEFAULT_VOCABULARY[FLAGS.dataset])
+    files = None
+    if FLAGS.dataset == "files":
+        files = {"train": (FLAGS.train_src, FLAGS.train_tgt), "val": (FLAGS.val_src, FLAGS.val_tgt)}
+    data = DataOptions(FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files)
+    options = TrainOptions(
+        train_steps=config.train_steps,
+        batch_tokens=FLAGS.batch_tokens,
+        accum_steps=FLAGS.accum_steps,
+        precision=FLAGS.precision,
+        jit_compile=FLAGS.jit_compile,
+        checkpoint_every=FLAGS.checkpoint_every,
+        keep_checkpoints=FLAGS.keep_checkpoints,
+        log_every=FLAGS.log_every,
+        eval_every=FLAGS.eval_every,
+        learning_rate_scale=FLAGS.learning_rate_scale,
+        seed=FLAGS.seed,
+        progress=FLAGS.progress,
+    )
+    model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
+    strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
+    logging.info("Training %s on %s with %s (%d replicas)", FLAGS.preset, FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync)
+    _, results = train_translation(config, model_dir, options, data, strategy)
+    print(f"Trained to step {results['step']}: loss {results.get('loss', float('nan')):.4f}, "
+          f"validation loss {results.get('val_loss', float('nan')):.4f}, "
+          f"perplexity {results.get('val_perplexity', float('nan')):.2f}")
+    print(f"Checkpoints: {results['checkpoint']}")
+    print(f"Tokenizer:   {results['tokenizer']}")
+    print(f"TensorBoard: tensorboard --logdir {results['logs']}")
+
+
+if __name__ == "__main__":
+    app.run(main)

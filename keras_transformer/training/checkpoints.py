@@ -1,0 +1,41 @@
+"""Checkpoint averaging (paper section 6.1: last 5 checkpoints for base, 20 for big)."""
+
+import numpy as np
+import tensorflow as tf
+
+
+def checkpoint_paths(checkpoint_dir, last=None):
+    """Paths of the complete checkpoints in `checkpoint_dir`, oldest first (the last `last`)."""
+    state = tf.train.get_checkpoint_state(str(checkpoint_dir))
+    if state is None or not state.all_model_checkpoint_paths:
+        raise ValueError(f"No checkpoints in {checkpoint_dir}")
+    paths = list(state.all_model_checkpoint_paths)
+    return paths[-last:] if last else paths
+
+
+def average_checkpoints(model, paths):
+    """Set `model`'s variables to the element-wise mean over the checkpoints at `paths`.
+
+    The checkpoints must have been written by the toolkit's trainer (a
+    `tf.train.Checkpoint` holding `model=`). Floating-point weights are averaged; other
+    state (e.g. integer seed-generator states) keeps its value from the last checkpoint.
+    Optimizer slots are ignored.
+
+    Args:
+        model: a built model with the same architecture.
+        paths: checkpoint prefixes (e.g. from `checkpoint_paths`).
+
+    Returns:
+        the model, with averaged weights.
+    """
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint path. Received: []")
+    variables = [v for v in model.weights if "float" in str(v.dtype)]
+    sums = [np.zeros(v.shape, dtype=np.float64) for v in variables]
+    for path in paths:
+        tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+        for total, variable in zip(sums, variables):
+            total += np.asarray(variable.numpy(), dtype=np.float64)
+    for total, variable in zip(sums, variables):
+        variable.assign((total / len(paths)).astype(variable.dtype))
+    return model

@@ -1,0 +1,100 @@
+"""Train a translation model end to end: corpus -> tokenizer -> pipeline -> Trainer.
+
+Everything a run needs later (decoding, evaluation, export) is written into its directory:
+`config.json`, `spm.model`, `checkpoints/`, `logs/`.
+"""
+
+import dataclasses
+from pathlib import Path
+
+import keras
+from absl import logging
+
+from keras_transformer.data.pipeline import make_dataset, padding_fraction
+from keras_transformer.data.sources import load_pairs
+from keras_transformer.data.tokenizer import Tokenizer, train_sentencepiece
+from keras_transformer.models.config import TransformerConfig
+from keras_transformer.training.trainer import Trainer, TrainOptions, read_run_config, write_run_config
+
+TOKENIZER_FILE = "spm.model"
+
+
+def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0):
+    """Load the run's SentencePiece model, or train a joint one on `pairs` and save it there."""
+    path = Path(model_dir) / TOKENIZER_FILE
+    if not path.exists():
+        sentences = [text for pair in pairs for text in pair]
+        logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
+        train_sentencepiece(sentences, path, vocabulary_size, seed=seed)
+    return Tokenizer(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+    """Which corpus to train on (see `data.sources.load_pairs`)."""
+
+    dataset: str = "builtin"
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    data_dir: str = None
+    files: dict = None
+    max_length: int = None  # defaults to the model's max_length
+
+
+def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
+    """Train (or resume) a translation run in `model_dir`.
+
+    A run directory that already holds a config must have been made with the same model
+    config; the tokenizer is reused; training continues from the latest checkpoint.
+
+    Returns:
+        `(trainer, results)`; results as `Trainer.train`, plus the run's paths.
+    """
+    # Seed first: it also clears TensorFlow's kernel caches, which would drop the
+    # tokenizer's in-graph resources if they were created before.
+    keras.utils.set_random_seed(options.seed)
+    model_dir = Path(model_dir)
+    if (model_dir / "config.json").exists():
+        previous, _ = read_run_config(model_dir)
+        if previous != config:
+            changed = sorted(k for k, v in config.to_dict().items() if previous.to_dict()[k] != v)
+            raise ValueError(
+                f"{model_dir} holds a run with a different model config (fields {changed}). "
+                "Use a new --model_dir, or the same settings to resume."
+            )
+    train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
+    val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
+    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed)
+    max_length = data.max_length or config.max_length
+    write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
+    trainer = Trainer(config, model_dir, options, strategy)
+
+    def train_dataset_fn(input_context):
+        # Called by `Trainer.train` after it restored the latest checkpoint. A resumed run
+        # reshuffles with a seed derived from its step, so it does not replay the first
+        # batches of the interrupted run (the position within the epoch is not restored).
+        return make_dataset(
+            train_pairs,
+            tokenizer,
+            batch_tokens=options.batch_tokens,
+            max_length=max_length,
+            seed=options.seed + trainer.step,
+            repeat=True,
+            input_context=input_context,
+        )
+
+    validation = make_dataset(val_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length, shuffle=False)
+    padding = padding_fraction(
+        make_dataset(train_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length, seed=options.seed),
+        num_batches=50,
+    )
+    logging.info("Padding fraction of training batches: %.3f", padding)
+    results = trainer.train(train_dataset_fn, validation, padding_fraction=padding)
+    results.update(
+        padding_fraction=padding,
+        model_dir=str(model_dir),
+        checkpoint=trainer.manager.latest_checkpoint,
+        tokenizer=str(model_dir / TOKENIZER_FILE),
+        logs=str(model_dir / "logs"),
+    )
+    return trainer, results

@@ -1,0 +1,371 @@
+"""A training loop over `tf.distribute` for the Transformer (paper section 5).
+
+Runs under the default strategy, `MirroredStrategy`, `MultiWorkerMirroredStrategy` and
+`TPUStrategy`. Each update may accumulate the gradients of several batches (to reach the
+paper's ~25,000-token batches on small hardware); the loss is the label-smoothed
+cross-entropy summed over real tokens and divided by the number of real tokens in the
+whole (accumulated, all-replica) batch, so the update does not depend on how tokens are
+split across replicas or micro-batches.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.training.loss import label_smoothed_nll
+from keras_transformer.training.schedule import paper_optimizer
+from keras_transformer.training.strategy import is_chief
+
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+class DivergenceError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """How to train (the model itself is a `TransformerConfig`).
+
+    Args:
+        train_steps: total number of updates (the run stops there; resumed runs continue).
+        batch_tokens: token budget of one batch per replica (source and target each).
+        accum_steps: batches whose gradients make one update.
+        precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
+        jit_compile: compile the gradient computation with XLA.
+        checkpoint_every: save a checkpoint every this many updates (and at the end).
+        keep_checkpoints: how many recent checkpoints to keep.
+        log_every: log and write TensorBoard scalars every this many updates.
+        eval_every: compute validation loss/perplexity every this many updates (0: only at the end).
+        learning_rate_scale: multiplier of the paper's schedule.
+        seed: seeds initialization, dropout and data shuffling.
+        progress: show a Keras progress bar.
+    """
+
+    train_steps: int = 1000
+    batch_tokens: int = 4096
+    accum_steps: int = 1
+    precision: str = "float32"
+    jit_compile: bool = False
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 5
+    log_every: int = 50
+    eval_every: int = 500
+    learning_rate_scale: float = 1.0
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        for name in ("train_steps", "batch_tokens", "accum_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0. Received: eval_every={self.eval_every!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}. Received: precision={self.precision!r}")
+
+
+class Trainer:
+    """Builds the model and optimizer under a strategy, and trains with checkpoints.
+
+    Seed Keras (`keras.utils.set_random_seed`) before creating it for reproducible
+    initialization; `train_translation` does. Running the same `Trainer` (same `model_dir`) again resumes from the latest complete
+    checkpoint: the step count, weights and optimizer state continue.
+
+    Args:
+        config: the model's `TransformerConfig`.
+        model_dir: where checkpoints (`checkpoints/`) and TensorBoard logs (`logs/`) go.
+        options: `TrainOptions`.
+        strategy: a `tf.distribute.Strategy` (default: the current one).
+
+    Example:
+
+    >>> trainer = Trainer(config, "runs/demo", TrainOptions(train_steps=100))  # doctest: +SKIP
+    >>> trainer.train(lambda ctx: train_ds(ctx), validation_dataset)           # doctest: +SKIP
+    """
+
+    def __init__(self, config: TransformerConfig, model_dir, options: TrainOptions = TrainOptions(), strategy=None):
+        self.config = config
+        self.options = options
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.model_dir = Path(model_dir)
+        self.chief = is_chief(self.strategy)
+        # Non-chief workers of a multi-worker run write to a private temporary place.
+        self.write_dir = self.model_dir if self.chief else self.model_dir / f".worker_{_task_id(self.strategy)}"
+        with self.strategy.scope():
+            self.model = Transformer(config, dtype=options.precision)
+            self.optimizer = paper_optimizer(
+                config.hidden_dim, config.warmup_steps, options.learning_rate_scale, options.precision
+            )
+            self.optimizer.build(self.model.trainable_variables)
+            self._accumulators = None
+            if options.accum_steps > 1:
+                self._accumulators = [
+                    tf.Variable(
+                        tf.zeros(v.shape, "float32"),
+                        trainable=False,
+                        synchronization=tf.VariableSynchronization.ON_READ,
+                        aggregation=tf.VariableAggregation.SUM,
+                    )
+                    for v in self.model.trainable_variables
+                ]
+                self._accumulated_tokens = tf.Variable(
+                    0.0,
+                    trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM,
+                )
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint,
+            str(self.write_dir / "checkpoints"),
+            max_to_keep=options.keep_checkpoints,
+            step_counter=self.optimizer.iterations,
+        )
+        self._restored = False
+        self._build_step_functions()
+
+    # --- state ---
+
+    @property
+    def step(self):
+        """Updates applied so far (restored with the checkpoint)."""
+        return int(self.optimizer.iterations.numpy())
+
+    def restore(self):
+        """Restore the latest complete checkpoint if there is one; returns its path or None."""
+        self._restored = True
+        path = tf.train.latest_checkpoint(str(self.model_dir / "checkpoints"))
+        if path:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+            logging.info("Restored %s at step %d", path, self.step)
+        return path
+
+    def save(self):
+        """Write a checkpoint for the current step (every worker takes part; only the chief keeps it)."""
+        path = self.manager.save(checkpoint_number=self.step)
+        if not self.chief:
+            tf.io.gfile.rmtree(str(self.write_dir))
+        return path
+
+    # --- steps ---
+
+    def _build_step_functions(self):
+        model, optimizer, options = self.model, self.optimizer, self.options
+        label_smoothing = self.config.label_smoothing
+        loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        variables = model.trainable_variables
+
+        @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
+        def gradients(inputs, labels):
+            with tf.GradientTape() as tape:
+                logits = model(inputs, training=True)  # (B, T, V) float32
+                loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing)
+                scaled = optimizer.scale_loss(loss_sum) if loss_scaled else loss_sum
+            return tape.gradient(scaled, variables), loss_sum, tokens
+
+        def all_tokens(tokens):
+            return tf.distribute.get_replica_context().all_reduce("sum", tokens)
+
+        def apply(grads, tokens):
+            total = all_tokens(tokens)
+            optimizer.apply_gradients(zip([g / tf.maximum(total, 1.0) for g in grads], variables))
+
+        def replica_update(batch):  # one batch per update
+            inputs, labels = batch
+            grads, loss_sum, tokens = gradients(inputs, labels)
+            apply(grads, tokens)
+            return loss_sum, tokens
+
+        def replica_accumulate(batch):
+            inputs, labels = batch
+            grads, loss_sum, tokens = gradients(inputs, labels)
+            for accumulator, grad in zip(self._accumulators, grads):
+                accumulator.assign_add(grad)
+            self._accumulated_tokens.assign_add(tokens)
+            return loss_sum, tokens
+
+        def replica_apply():
+            apply([a.read_value() for a in self._accumulators], self._accumulated_tokens.read_value())
+            for accumulator in self._accumulators:
+                accumulator.assign(tf.zeros_like(accumulator))
+            self._accumulated_tokens.assign(0.0)
+
+        strategy = self.strategy
+
+        def reduce(values):
+            return [strategy.reduce("sum", v, axis=None) for v in values]
+
+        @tf.function
+        def update(iterator):
+            loss_sum, tokens = 0.0, 0.0
+            if self._accumulators is None:
+                return reduce(strategy.run(replica_update, args=(next(iterator),)))
+            for _ in range(options.accum_steps):
+                batch_loss, batch_tokens = reduce(strategy.run(replica_accumulate, args=(next(iterator),)))
+                loss_sum += batch_loss
+                tokens += batch_tokens
+            strategy.run(replica_apply)
+            return loss_sum, tokens
+
+        ids = tf.TensorSpec([None, None], tf.int32)
+
+        @tf.function(input_signature=[{"source_ids": ids, "target_ids": ids}, ids])
+        def evaluate_batch(inputs, labels):
+            logits = model(inputs, training=False)
+            smoothed, tokens = label_smoothed_nll(labels, logits, label_smoothing)
+            nll, _ = label_smoothed_nll(labels, logits, 0.0)
+            return smoothed, nll, tokens
+
+        self._update = update
+        self._evaluate_batch = evaluate_batch
+
+    def evaluate(self, dataset):
+        """Validation loss (label-smoothed, as in training) and perplexity (exp of the plain NLL per token)."""
+        smoothed = nll = tokens = 0.0
+        for inputs, labels in dataset:
+            batch_smoothed, batch_nll, batch_tokens = self._evaluate_batch(inputs, labels)
+            smoothed += float(batch_smoothed)
+            nll += float(batch_nll)
+            tokens += float(batch_tokens)
+        if not tokens:
+            raise ValueError("The validation dataset is empty.")
+        return {"val_loss": smoothed / tokens, "val_perplexity": math.exp(min(nll / tokens, 50.0))}
+
+    # --- the loop ---
+
+    def train(self, train_dataset_fn, validation_dataset=None, padding_fraction=None, train_steps=None):
+        """Train until `train_steps` (default `options.train_steps`) updates.
+
+        The first call resumes from the latest checkpoint in `model_dir` (unless `restore`
+        was called already); later calls continue from the weights in memory.
+
+        Args:
+            train_dataset_fn: `input_context -> tf.data.Dataset` of `(inputs, labels)`
+                batches for one replica, repeating indefinitely (see `data.make_dataset`).
+            validation_dataset: optional finite dataset for validation loss/perplexity.
+            train_steps: overrides `options.train_steps`.
+            padding_fraction: optional measured padding fraction of the training batches,
+                logged to TensorBoard.
+
+        Returns:
+            dict with the final step, the last training loss (per token), tokens/s, and
+            the last validation metrics.
+
+        Raises:
+            DivergenceError: the loss became NaN or infinite; names the step. The last
+                checkpoint (written before that step) is left intact.
+        """
+        options = dataclasses.replace(self.options, train_steps=train_steps or self.options.train_steps)
+        if not self._restored:
+            self.restore()
+        start_step = self.step
+        results = {"step": start_step}
+        if start_step >= options.train_steps:
+            logging.info("Already trained: step %d >= train_steps %d", start_step, options.train_steps)
+            return results
+        dataset = self.strategy.distribute_datasets_from_function(train_dataset_fn)
+        iterator = iter(dataset)
+        writers = {
+            name: tf.summary.create_file_writer(str(self.write_dir / "logs" / name)) for name in ("train", "validation")
+        }
+        progress = keras.utils.Progbar(
+            options.train_steps, stateful_metrics=["loss", "lr", "tok/s"], verbose=1 if options.progress else 0
+        )
+        progress.update(start_step)
+        window_start, window_tokens, window_loss, window_loss_tokens = time.time(), 0.0, 0.0, 0.0
+        run_start = time.time()
+        while self.step < options.train_steps:
+            loss_sum, tokens = self._update(iterator)
+            loss_sum, tokens = float(loss_sum), float(tokens)
+            step = self.step
+            if not math.isfinite(loss_sum):
+                raise DivergenceError(
+                    f"Training diverged: loss is {loss_sum} at step {step}. "
+                    f"The last good checkpoint is {self.manager.latest_checkpoint}."
+                )
+            window_tokens += tokens
+            window_loss += loss_sum
+            window_loss_tokens += tokens
+            if step % options.log_every == 0 or step == options.train_steps:
+                elapsed = time.time() - window_start
+                rate = window_tokens / max(elapsed, 1e-9)
+                loss = window_loss / max(window_loss_tokens, 1.0)
+                lr = float(self.optimizer.learning_rate)
+                results.update(loss=loss, tokens_per_second=rate)
+                if self.chief:
+                    with writers["train"].as_default(step=step):
+                        tf.summary.scalar("loss", loss)
+                        tf.summary.scalar("learning_rate", lr)
+                        tf.summary.scalar("tokens_per_second", rate)
+                        if padding_fraction is not None:
+                            tf.summary.scalar("padding_fraction", padding_fraction)
+                done = step - start_step
+                eta = (time.time() - run_start) / max(done, 1) * (options.train_steps - step)
+                progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate)])
+                if not options.progress:
+                    logging.info(
+                        "step %d/%d loss %.4f lr %.3g %.0f tok/s ETA %s",
+                        step, options.train_steps, loss, lr, rate, _format_seconds(eta),
+                    )
+                window_start, window_tokens, window_loss, window_loss_tokens = time.time(), 0.0, 0.0, 0.0
+            if step % options.checkpoint_every == 0:
+                self.save()
+            if validation_dataset is not None and options.eval_every and step % options.eval_every == 0:
+                results.update(self._validate(validation_dataset, writers["validation"], step))
+        if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(f"-{self.step}"):
+            self.save()
+        if validation_dataset is not None and (not options.eval_every or self.step % options.eval_every):
+            results.update(self._validate(validation_dataset, writers["validation"], self.step))
+        for writer in writers.values():
+            writer.flush()
+        results["step"] = self.step
+        return results
+
+    def _validate(self, dataset, writer, step):
+        metrics = self.evaluate(dataset)
+        if self.chief:
+            with writer.as_default(step=step):
+                tf.summary.scalar("loss", metrics["val_loss"])
+                tf.summary.scalar("perplexity", metrics["val_perplexity"])
+        logging.info("step %d validation loss %.4f perplexity %.2f", step, metrics["val_loss"], metrics["val_perplexity"])
+        return metrics
+
+
+def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):
+    """Write `config.json` (model config, training options, data settings) into the run directory."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})}
+    temporary = model_dir / "config.json.tmp"
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    os.replace(temporary, model_dir / "config.json")
+
+
+def read_run_config(model_dir):
+    """The `(TransformerConfig, run config dict)` of a run directory."""
+    path = Path(model_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"No run config at {path}: is {model_dir} a training run directory?")
+    payload = json.loads(path.read_text())
+    return TransformerConfig.from_dict(payload["model"]), payload
+
+
+def _task_id(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return getattr(resolver, "task_id", 0) or 0
+
+
+def _format_seconds(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

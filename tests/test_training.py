@@ -1,0 +1,305 @@
+"""Training: loss, schedule, the loop (resume, accumulation, strategies), averaging, model.fit."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.models.config import get_preset
+from keras_transformer.training import (
+    DataOptions,
+    DivergenceError,
+    LabelSmoothedCrossEntropy,
+    Trainer,
+    TrainOptions,
+    TransformerSchedule,
+    average_checkpoints,
+    checkpoint_paths,
+    label_smoothed_nll,
+    train_translation,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+MICRO = dict(
+    vocabulary_size=64,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=32,
+    intermediate_dim=64,
+    num_heads=2,
+    max_length=32,
+)
+
+
+def micro_config(**changes):
+    return get_preset("tiny", **{**MICRO, **changes})
+
+
+def fixed_batch(seed=0, batch=4, source_length=7, target_length=6, vocabulary_size=64):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, vocabulary_size, (batch, source_length)).astype("int32")
+    target = rng.integers(4, vocabulary_size, (batch, target_length)).astype("int32")
+    source[0, -2:] = 0  # some padding
+    target[1, -3:] = 0
+    labels = np.concatenate([target[:, 1:], np.full((batch, 1), 3, "int32")], axis=1)
+    labels[target == 0] = 0
+    target[:, 0] = 2
+    return {"source_ids": source, "target_ids": target}, labels
+
+
+# --- loss and schedule ---
+
+
+def test_loss_equals_hand_computed_label_smoothing():
+    logits = np.array([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0]]], "float32")
+    labels = np.array([[2, 3, 0]])  # pad_id=0 at position 2: only positions 0 and 1 count
+    eps, vocab = 0.1, 4
+    expected = 0.0
+    for position, label in ((0, 2), (1, 3)):
+        row = logits[0, position].astype("float64")
+        log_p = row - math.log(np.exp(row).sum())
+        target = np.full(vocab, eps / vocab)
+        target[label] += 1 - eps
+        expected += -(target * log_p).sum()
+    loss_sum, tokens = label_smoothed_nll(labels, logits, eps)
+    assert float(tokens) == 2.0
+    np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-6)
+    keras_loss = LabelSmoothedCrossEntropy(label_smoothing=eps)(labels, logits)
+    np.testing.assert_allclose(float(keras_loss), expected / 2, rtol=1e-6)
+
+
+def test_loss_without_smoothing_is_negative_log_likelihood():
+    logits = np.random.default_rng(1).normal(size=(2, 3, 5)).astype("float32")
+    labels = np.array([[1, 2, 0], [4, 0, 0]])
+    loss_sum, tokens = label_smoothed_nll(labels, logits, 0.0)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -(log_p[0, 0, 1] + log_p[0, 1, 2] + log_p[1, 0, 4])
+    assert float(tokens) == 3.0
+    np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 10000, 100000])
+def test_schedule_equals_paper_formula(step):
+    schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    # The optimizer's iteration counter starts at 0 for update number 1.
+    np.testing.assert_allclose(float(schedule(step - 1)), expected, rtol=1e-6)
+
+
+def test_schedule_is_serializable():
+    schedule = TransformerSchedule(hidden_dim=256, warmup_steps=100, scale=2.0)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert float(restored(50)) == pytest.approx(float(schedule(50)))
+    optimizer = keras.optimizers.Adam(learning_rate=schedule)
+    restored_optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    restored_optimizer.iterations.assign(50)
+    assert float(restored_optimizer.learning_rate) == pytest.approx(float(schedule(50)))
+
+
+def test_bad_options_name_the_value():
+    with pytest.raises(ValueError, match="accum_steps=0"):
+        TrainOptions(accum_steps=0)
+    with pytest.raises(ValueError, match="precision='float64'"):
+        TrainOptions(precision="float64")
+
+
+# --- the loop ---
+
+
+def single_batch_fn(batches):
+    """`input_context -> dataset` repeating the given list of (inputs, labels) batches."""
+
+    def dataset_fn(input_context):
+        del input_context
+        dataset = tf.data.Dataset.from_generator(
+            lambda: iter(batches),
+            output_signature=(
+                {
+                    "source_ids": tf.TensorSpec([None, None], tf.int32),
+                    "target_ids": tf.TensorSpec([None, None], tf.int32),
+                },
+                tf.TensorSpec([None, None], tf.int32),
+            ),
+        )
+        return dataset.repeat()
+
+    return dataset_fn
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    config = micro_config(dropout=0.0)
+    (first, first_labels), (second, second_labels) = fixed_batch(0), fixed_batch(1)
+    joined = {k: np.concatenate([first[k], second[k]]) for k in first}, np.concatenate([first_labels, second_labels])
+    keras.utils.set_random_seed(0)
+    accumulated = Trainer(config, tmp_path / "a", TrainOptions(train_steps=1, accum_steps=2, progress=False))
+    initial = accumulated.model.get_weights()
+    accumulated.train(single_batch_fn([(first, first_labels), (second, second_labels)]))
+    keras.utils.set_random_seed(0)
+    single = Trainer(config, tmp_path / "b", TrainOptions(train_steps=1, progress=False))
+    single.model.set_weights(initial)
+    single.train(single_batch_fn([joined]))
+    assert accumulated.step == single.step == 1
+    changed = 0
+    for a, b, before in zip(accumulated.model.get_weights(), single.model.get_weights(), initial):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+        changed += not np.allclose(a, before)
+    assert changed > 10
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
+    config = micro_config()
+    inputs, labels = fixed_batch(0)
+    dataset_fn = single_batch_fn([(inputs, labels)])
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(config, tmp_path, TrainOptions(train_steps=2, checkpoint_every=1, progress=False))
+    trainer.train(dataset_fn)
+    saved = trainer.model.get_weights()
+    embeddings = trainer.model.source_embedding.embeddings
+    embeddings.assign(np.where(np.arange(embeddings.shape[0])[:, None] == 5, np.nan, embeddings.numpy()))
+    inputs["source_ids"][0, 0] = 5  # the poisoned token is in the batch
+    with pytest.raises(DivergenceError, match="at step 3"):
+        trainer.train(single_batch_fn([(inputs, labels)]), train_steps=5)
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-2")
+    fresh = Trainer(config, tmp_path, TrainOptions(train_steps=2, progress=False))
+    fresh.restore()
+    assert fresh.step == 2
+    for restored, good in zip(fresh.model.get_weights(), saved):
+        np.testing.assert_array_equal(restored, good)
+
+
+def test_rerun_resumes_step_count(tmp_path):
+    config = micro_config()
+    dataset_fn = single_batch_fn([fixed_batch(0)])
+    keras.utils.set_random_seed(0)
+    first = Trainer(config, tmp_path, TrainOptions(train_steps=3, checkpoint_every=2, progress=False))
+    assert first.train(dataset_fn)["step"] == 3
+    weights = first.model.get_weights()
+    second = Trainer(config, tmp_path, TrainOptions(train_steps=5, checkpoint_every=2, progress=False))
+    assert second.restore().endswith("ckpt-3")
+    assert second.step == 3
+    for a, b in zip(second.model.get_weights(), weights):
+        np.testing.assert_array_equal(a, b)
+    assert second.train(dataset_fn)["step"] == 5
+    assert [Path(p).name for p in checkpoint_paths(tmp_path / "checkpoints")] == ["ckpt-2", "ckpt-3", "ckpt-4", "ckpt-5"]
+
+
+def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
+    config = micro_config()
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(config, tmp_path, TrainOptions(train_steps=2, checkpoint_every=1, progress=False))
+    snapshots = []
+    dataset_fn = single_batch_fn([fixed_batch(0)])
+    for steps in (1, 2):
+        trainer.train(dataset_fn, train_steps=steps)
+        snapshots.append([v.numpy() for v in trainer.model.weights])
+    assert not np.allclose(snapshots[0][0], snapshots[1][0])
+    keras.utils.set_random_seed(1)
+    other = Trainer(config, tmp_path / "other", TrainOptions(progress=False))
+    average_checkpoints(other.model, checkpoint_paths(tmp_path / "checkpoints", last=2))
+    for variable, a, b in zip(other.model.weights, *snapshots):
+        np.testing.assert_allclose(variable.numpy(), (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_plain_model_fit_trains(tmp_path):
+    from keras_transformer import Transformer
+    from keras_transformer.training import paper_optimizer
+
+    config = micro_config(dropout=0.0)
+    keras.utils.set_random_seed(0)
+    model = Transformer(config)
+    model.compile(optimizer=paper_optimizer(config.hidden_dim, warmup_steps=10), loss=LabelSmoothedCrossEntropy(0.1))
+    inputs, labels = fixed_batch(0, batch=8)
+    history = model.fit(inputs, labels, epochs=15, batch_size=8, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.8 * losses[0]
+    # The Keras loss matches the trainer's loss on the same batch.
+    loss_sum, tokens = label_smoothed_nll(labels, model(inputs), 0.1)
+    np.testing.assert_allclose(float(model.compute_loss(inputs, labels, model(inputs))), float(loss_sum / tokens), rtol=1e-5)
+
+
+def test_embedded_task_run_lowers_validation_loss(tmp_path):
+    config = micro_config(vocabulary_size=96, hidden_dim=64, intermediate_dim=128, warmup_steps=60, max_length=48)
+    options = TrainOptions(train_steps=120, batch_tokens=1024, log_every=40, eval_every=0, checkpoint_every=60, progress=False)
+    trainer, results = train_translation(config, tmp_path, options, DataOptions("builtin"))
+    initial = math.log(config.vocabulary_size)  # loss of a uniform prediction
+    assert results["step"] == 120
+    assert results["val_loss"] < 0.6 * initial, results
+    assert (tmp_path / "spm.model").exists() and (tmp_path / "config.json").exists()
+    assert list((tmp_path / "logs" / "train").iterdir())
+    # Same command again: nothing to do, the step stays.
+    _, again = train_translation(config, tmp_path, options, DataOptions("builtin"))
+    assert again["step"] == 120
+
+
+MIRRORED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    sys.path.insert(0, sys.argv[1])
+    from tests.test_training import fixed_batch, micro_config
+    from keras_transformer.training import Trainer, TrainOptions, create_strategy
+
+    config = micro_config(dropout=0.0, warmup_steps=100)
+    halves = [fixed_batch(0), fixed_batch(1)]
+    joined = ({k: np.concatenate([halves[0][0][k], halves[1][0][k]]) for k in halves[0][0]},
+              np.concatenate([halves[0][1], halves[1][1]]))
+
+    def dataset_fn(batches):
+        # One input pipeline on one machine: its consecutive batches go to replicas 0, 1, ...
+        def fn(ctx):
+            dataset = tf.data.Dataset.from_tensors(batches[0])
+            for batch in batches[1:]:
+                dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+            return dataset.repeat()
+        return fn
+
+    keras.utils.set_random_seed(0)
+    default = Trainer(config, sys.argv[2] + "/default", TrainOptions(train_steps=1, progress=False))
+    initial = default.model.get_weights()
+    default.train(dataset_fn([joined]))
+    mirrored_strategy = create_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    mirrored = Trainer(config, sys.argv[2] + "/mirrored", TrainOptions(train_steps=1, progress=False), mirrored_strategy)
+    mirrored.model.set_weights(initial)
+    mirrored.train(dataset_fn(halves))
+    names = [w.path for w in default.model.weights]
+    diffs = {n: float(np.abs(a - b).max()) for n, a, b in zip(names, default.model.get_weights(), mirrored.model.get_weights())}
+    moved = [float(np.abs(a - b).max()) for a, b in zip(default.model.get_weights(), initial)]
+    print(json.dumps({"replicas": mirrored_strategy.num_replicas_in_sync, "diffs": diffs,
+                      "max_move": max(moved), "steps": [default.step, mirrored.step]}))
+    """
+)
+
+
+def test_mirrored_strategy_first_update_equals_default(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT, str(REPO), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == 2
+    assert report["steps"] == [1, 1]
+    assert report["max_move"] > 1e-4  # the update did something
+    # Adam's first step is lr * g / |g|: every weight moves by about lr, whatever the size
+    # of its gradient. The key biases have an exactly zero gradient in theory (a bias on
+    # the keys shifts all scores of a query equally, which the softmax ignores), so their
+    # rounding-noise gradients move them in arbitrary directions; every other weight must
+    # match.
+    mismatched = {name: diff for name, diff in report["diffs"].items() if diff > 0.01 * report["max_move"]}
+    assert all(name.endswith("key_bias") for name in mismatched), mismatched

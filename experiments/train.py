@@ -50,7 +50,7 @@ flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with ra
 FLAGS = flags.FLAGS
 
 # Vocabulary sizes that suit each corpus when --vocabulary_size is not given.
-DEFAULT_VOCABULARY = {"builtin": 128, "multi30k": 8000, "files": 8000, "wmt14": 37000}
+DEFAULT_VOCABULARY = {"builtin": 256, "multi30k": 8000, "files": 8000, "wmt14": 37000}
 
 
 def main(argv):

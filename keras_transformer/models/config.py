@@ -12,6 +12,25 @@ from keras_transformer.layers.checks import check_positive_int, check_rate
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 
+# Fields a checkpoint depends on; the others (dropout, schedule, decoding) may change on resume.
+ARCHITECTURE_FIELDS = (
+    "vocabulary_size",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "hidden_dim",
+    "intermediate_dim",
+    "num_heads",
+    "key_dim",
+    "value_dim",
+    "activation",
+    "layer_norm_epsilon",
+    "normalize_first",
+    "positional",
+    "max_length",
+    "share_embeddings",
+    "tie_output",
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
@@ -112,6 +131,10 @@ class TransformerConfig:
     def head_value_dim(self):
         """d_v actually used: `value_dim` or `head_key_dim`."""
         return self.value_dim or self.head_key_dim
+
+    def architecture(self):
+        """The fields that define the weights and the graph (not training or decoding settings)."""
+        return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS}
 
     def replace(self, **changes):
         """A copy with `changes` applied (and validated). Unknown field names raise ValueError."""

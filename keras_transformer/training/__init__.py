@@ -1,6 +1,6 @@
 """Loss, schedule, strategies, the training loop, checkpoint averaging."""
 
-from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths
+from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths, write_averaged_checkpoint
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy, label_smoothed_nll, token_losses
 from keras_transformer.training.run import DataOptions, prepare_tokenizer, train_translation
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
@@ -33,5 +33,6 @@ __all__ = [
     "read_run_config",
     "token_losses",
     "train_translation",
+    "write_averaged_checkpoint",
     "write_run_config",
 ]

@@ -1,5 +1,7 @@
 """Checkpoint averaging (paper section 6.1: last 5 checkpoints for base, 20 for big)."""
 
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
@@ -39,3 +41,26 @@ def average_checkpoints(model, paths):
     for total, variable in zip(sums, variables):
         variable.assign((total / len(paths)).astype(variable.dtype))
     return model
+
+
+def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
+    """Average the last `last` checkpoints of a training run and save the result.
+
+    Args:
+        model_dir: run directory (with `config.json` and `checkpoints/`).
+        last: how many checkpoints; defaults to the run config's `average_checkpoints`.
+        output_dir: defaults to `<model_dir>/averaged`.
+
+    Returns:
+        `(path of the new checkpoint, list of the averaged checkpoint paths)`.
+    """
+    from keras_transformer.models.transformer import Transformer
+    from keras_transformer.training.trainer import read_run_config
+
+    config, _ = read_run_config(model_dir)
+    paths = checkpoint_paths(Path(model_dir) / "checkpoints", last or config.average_checkpoints)
+    model = average_checkpoints(Transformer(config), paths)
+    step = int(paths[-1].rsplit("-", 1)[-1])
+    output_dir = Path(output_dir or Path(model_dir) / "averaged")
+    path = tf.train.Checkpoint(model=model).write(str(output_dir / f"ckpt-{step}"))
+    return path, paths

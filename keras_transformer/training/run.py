@@ -44,8 +44,9 @@ class DataOptions:
 def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
     """Train (or resume) a translation run in `model_dir`.
 
-    A run directory that already holds a config must have been made with the same model
-    config; the tokenizer is reused; training continues from the latest checkpoint.
+    A run directory that already holds a config must have the same architecture
+    (`TransformerConfig.architecture`); training settings such as `train_steps` may change.
+    The tokenizer is reused; training continues from the latest checkpoint.
 
     Returns:
         `(trainer, results)`; results as `Trainer.train`, plus the run's paths.
@@ -56,11 +57,13 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     model_dir = Path(model_dir)
     if (model_dir / "config.json").exists():
         previous, _ = read_run_config(model_dir)
-        if previous != config:
-            changed = sorted(k for k, v in config.to_dict().items() if previous.to_dict()[k] != v)
+        before, now = previous.architecture(), config.architecture()
+        changed = sorted(name for name in now if before[name] != now[name])
+        if changed:
+            details = ", ".join(f"{name}: {before[name]!r} -> {now[name]!r}" for name in changed)
             raise ValueError(
-                f"{model_dir} holds a run with a different model config (fields {changed}). "
-                "Use a new --model_dir, or the same settings to resume."
+                f"{model_dir} holds a run with a different architecture ({details}). "
+                "Use a new --model_dir, or the same architecture to resume."
             )
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)

@@ -1,0 +1,30 @@
+"""Average the last K checkpoints of a run into a new checkpoint (paper section 6.1).
+
+    python experiments/average_checkpoints.py --model_dir=runs/builtin_tiny --last=5
+
+writes `runs/builtin_tiny/averaged/ckpt-<step>` (model weights only), which
+`experiments/export.py --checkpoint=...` and the evaluation tools accept.
+"""
+
+from absl import app, flags
+
+from keras_transformer.training.checkpoints import write_averaged_checkpoint
+
+flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
+flags.DEFINE_integer("last", None, "How many of the latest checkpoints to average (default: the config's average_checkpoints).")
+flags.DEFINE_string("output_dir", None, "Where to write the averaged checkpoint (default: <model_dir>/averaged).")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    path, sources = write_averaged_checkpoint(FLAGS.model_dir, FLAGS.last, FLAGS.output_dir)
+    print(f"Averaged {len(sources)} checkpoints:")
+    for source in sources:
+        print(f"  {source}")
+    print(f"Wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

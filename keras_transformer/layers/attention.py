@@ -313,3 +313,17 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
+    def compute_output_spec(
+        self, query, value=None, key=None, return_attention_scores=False, cache=None, cache_index=None, **kwargs
+    ):
+        # Symbolic calls return the same structure as eager ones: (outputs, cache) in
+        # cached mode, (outputs, scores) with return_attention_scores.
+        outputs = keras.KerasTensor(self.compute_output_shape(query.shape), dtype=self.compute_dtype)
+        if cache is not None:
+            return outputs, keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache)
+        if return_attention_scores:
+            key_length = (value if key is None else key).shape[1]
+            scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
+            return outputs, keras.KerasTensor(scores_shape, dtype="float32")
+        return outputs
+

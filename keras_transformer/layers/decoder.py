@@ -165,3 +165,21 @@ class DecoderBlock(TransformerBlock):
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
+
+    def compute_output_spec(
+        self, decoder_sequence, encoder_sequence=None, cache=None, return_attention_scores=False, **kwargs
+    ):
+        # Symbolic calls return the same structure as eager ones: (outputs, cache) in
+        # cached mode, (outputs, {"self", "cross"} scores) with return_attention_scores.
+        outputs = keras.KerasTensor(self.compute_output_shape(decoder_sequence.shape), dtype=self.compute_dtype)
+        if cache is not None:
+            return outputs, keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache)
+        if return_attention_scores:
+            batch_size, target_length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+            source_length = encoder_sequence.shape[1]
+            scores = {
+                "self": keras.KerasTensor((batch_size, self.num_heads, target_length, target_length), dtype="float32"),
+                "cross": keras.KerasTensor((batch_size, self.num_heads, target_length, source_length), dtype="float32"),
+            }
+            return outputs, scores
+        return outputs

@@ -18,6 +18,7 @@ class EncoderBlock(TransformerBlock):
     (pre-LN; a stack of pre-LN blocks needs a final LayerNorm, which `Transformer` adds).
     Padded source positions are never attended to; the padding mask comes from
     `padding_mask` or from a Keras implicit mask on the inputs, whichever is given.
+    (Add positions with `keras.layers.Add()`, which keeps the implicit mask; `+` drops it.)
 
     Args:
         num_heads: attention heads H (must divide D unless `key_dim` is given).
@@ -49,8 +50,8 @@ class EncoderBlock(TransformerBlock):
     >>> from keras_transformer.layers import EncoderBlock, PositionalEncoding, SharedEmbedding
     >>> ids = keras.Input(shape=(None,), dtype="int32")
     >>> hidden = SharedEmbedding(vocabulary_size=100, embedding_dim=32)(ids)
-    >>> hidden = hidden + PositionalEncoding()(hidden)
-    >>> hidden = EncoderBlock(num_heads=4, intermediate_dim=64)(hidden)
+    >>> hidden = keras.layers.Add()([hidden, PositionalEncoding()(hidden)])  # keeps the mask
+    >>> hidden = EncoderBlock(num_heads=4, intermediate_dim=64)(hidden)  # padding masked
     >>> pooled = keras.layers.GlobalAveragePooling1D()(hidden)
     >>> outputs = keras.layers.Dense(2)(pooled)
     >>> keras.Model(ids, outputs).output_shape
@@ -98,4 +99,12 @@ class EncoderBlock(TransformerBlock):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+        # Symbolic calls return (outputs, scores) with return_attention_scores, as eager ones do.
+        outputs = keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype=self.compute_dtype)
+        if return_attention_scores:
+            batch_size, length = inputs.shape[0], inputs.shape[1]
+            return outputs, keras.KerasTensor((batch_size, self.num_heads, length, length), dtype="float32")
+        return outputs
 

@@ -20,7 +20,9 @@ class PositionalEncoding(keras.layers.Layer):
 
     Even feature indices carry sines and odd ones cosines (not two concatenated halves).
     The encoding is computed for any length and has no weights. The layer returns the
-    encoding broadcast to the input's shape; add it to the (scaled) embeddings yourself.
+    encoding broadcast to the input's shape; add it to the (scaled) embeddings yourself,
+    with `keras.layers.Add()`: it keeps the embeddings' implicit padding mask, which the
+    `+` operator drops (Keras 3 ops do not propagate masks).
 
     Args:
         max_wavelength: the base of the wavelengths (10000 in the paper).
@@ -38,7 +40,7 @@ class PositionalEncoding(keras.layers.Layer):
     >>> import keras
     >>> from keras_transformer.layers import PositionalEncoding
     >>> embeddings = keras.Input(shape=(None, 32))
-    >>> outputs = embeddings + PositionalEncoding()(embeddings)
+    >>> outputs = keras.layers.Add()([embeddings, PositionalEncoding()(embeddings)])
     >>> keras.Model(embeddings, outputs).output_shape
     (None, None, 32)
 
@@ -95,7 +97,7 @@ class PositionEmbedding(keras.layers.Layer):
     >>> import keras
     >>> from keras_transformer.layers import PositionEmbedding
     >>> embeddings = keras.Input(shape=(16, 32))
-    >>> outputs = embeddings + PositionEmbedding(sequence_length=16)(embeddings)
+    >>> outputs = keras.layers.Add()([embeddings, PositionEmbedding(sequence_length=16)(embeddings)])
     >>> keras.Model(embeddings, outputs).output_shape
     (None, 16, 32)
 

@@ -108,12 +108,10 @@ class Transformer(keras.Model):
         target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
         encoder_outputs, source_mask = self._encode(source_ids, training=None)
         logits = self._decode(target_ids, encoder_outputs, source_mask, training=None)
-        super().__init__(
-            inputs={"source_ids": source_ids, "target_ids": target_ids},
-            outputs=logits,
-            dtype=policy,
-            **kwargs,
-        )
+        super().__init__(inputs={"source_ids": source_ids, "target_ids": target_ids}, outputs=logits, **kwargs)
+        # keras.Model's functional constructor ignores `dtype`; set the policy the sub-layers
+        # use on the model itself, so that `get_config` (and `.keras` files) keep it.
+        self.dtype_policy = policy
 
     # --- the views used by decoding and export ---
 

@@ -83,6 +83,10 @@ def main(argv):
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
     logging.info("Training %s on %s with %s (%d replicas)", FLAGS.preset, FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync)
     _, results = train_translation(config, model_dir, options, data, strategy)
+    if results.get("preempted"):
+        print(f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "
+              "Run the same command to resume.")
+        return
     print(f"Trained to step {results['step']}: loss {results.get('loss', float('nan')):.4f}, "
           f"validation loss {results.get('val_loss', float('nan')):.4f}, "
           f"perplexity {results.get('val_perplexity', float('nan')):.2f}")

@@ -2,7 +2,7 @@
 
 from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths, write_averaged_checkpoint
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy, label_smoothed_nll, token_losses
-from keras_transformer.training.run import DataOptions, prepare_tokenizer, train_translation
+from keras_transformer.training.run import DataOptions, load_run, prepare_tokenizer, train_translation
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
 from keras_transformer.training.strategy import STRATEGIES, create_strategy, is_chief
 from keras_transformer.training.trainer import (
@@ -28,6 +28,7 @@ __all__ = [
     "create_strategy",
     "is_chief",
     "label_smoothed_nll",
+    "load_run",
     "paper_optimizer",
     "prepare_tokenizer",
     "read_run_config",

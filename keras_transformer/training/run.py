@@ -5,23 +5,35 @@ Everything a run needs later (decoding, evaluation, export) is written into its 
 """
 
 import dataclasses
+import time
 from pathlib import Path
 
 import keras
+import tensorflow as tf
 from absl import logging
 
 from keras_transformer.data.pipeline import make_dataset, padding_fraction
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
+from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.trainer import Trainer, TrainOptions, read_run_config, write_run_config
 
 TOKENIZER_FILE = "spm.model"
 
 
-def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0):
-    """Load the run's SentencePiece model, or train a joint one on `pairs` and save it there."""
+def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0):
+    """Load the run's SentencePiece model, or train a joint one on `pairs` and save it there.
+
+    Only the chief trains; other workers of a multi-worker run wait for its file.
+    """
     path = Path(model_dir) / TOKENIZER_FILE
+    if not chief:
+        deadline = time.time() + timeout
+        while not path.exists():
+            if time.time() > deadline:
+                raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s")
+            time.sleep(0.5)
     if not path.exists():
         sentences = [text for pair in pairs for text in pair]
         logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
@@ -65,11 +77,14 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
                 f"{model_dir} holds a run with a different architecture ({details}). "
                 "Use a new --model_dir, or the same architecture to resume."
             )
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = is_chief(strategy)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
-    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed)
+    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief)
     max_length = data.max_length or config.max_length
-    write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
+    if chief:
+        write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
     trainer = Trainer(config, model_dir, options, strategy)
 
     def train_dataset_fn(input_context):
@@ -101,3 +116,38 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         logs=str(model_dir / "logs"),
     )
     return trainer, results
+
+
+def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
+    """The trained model and tokenizer of a run directory.
+
+    Args:
+        model_dir: a directory written by `train_translation` / `experiments/train.py`.
+        checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`).
+        average_last: instead, average the last this many checkpoints.
+        dtype: dtype policy of the rebuilt model (default float32).
+
+    Returns:
+        `(model, tokenizer, config)`.
+
+    Raises:
+        FileNotFoundError / ValueError naming the directory when it is not a run or has no
+        checkpoint.
+    """
+    from keras_transformer.models.transformer import Transformer
+    from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths
+
+    model_dir = Path(model_dir)
+    config, _ = read_run_config(model_dir)
+    tokenizer_path = model_dir / TOKENIZER_FILE
+    if not tokenizer_path.exists():
+        raise FileNotFoundError(f"No tokenizer at {tokenizer_path}")
+    model = Transformer(config, dtype=dtype)
+    if average_last:
+        average_checkpoints(model, checkpoint_paths(model_dir / "checkpoints", average_last))
+    else:
+        checkpoint = checkpoint or tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+        if not checkpoint:
+            raise ValueError(f"No checkpoint in {model_dir / 'checkpoints'}")
+        tf.train.Checkpoint(model=model).read(str(checkpoint)).expect_partial().assert_existing_objects_matched()
+    return model, Tokenizer(tokenizer_path), config

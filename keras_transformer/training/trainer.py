@@ -12,6 +12,8 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -206,17 +208,24 @@ class Trainer:
         def reduce(values):
             return [strategy.reduce("sum", v, axis=None) for v in values]
 
+        def replica_stop(flag):
+            return tf.distribute.get_replica_context().all_reduce("sum", tf.identity(flag))
+
         @tf.function
-        def update(iterator):
-            loss_sum, tokens = 0.0, 0.0
+        def update(iterator, stop_flag):
+            # `stop_flag` is 1.0 on a worker that received SIGTERM; all workers learn of it
+            # in the same step, so they stop (and checkpoint) together.
+            stop = strategy.experimental_local_results(strategy.run(replica_stop, args=(stop_flag,)))[0]
             if self._accumulators is None:
-                return reduce(strategy.run(replica_update, args=(next(iterator),)))
+                loss_sum, tokens = reduce(strategy.run(replica_update, args=(next(iterator),)))
+                return loss_sum, tokens, stop
+            loss_sum, tokens = 0.0, 0.0
             for _ in range(options.accum_steps):
                 batch_loss, batch_tokens = reduce(strategy.run(replica_accumulate, args=(next(iterator),)))
                 loss_sum += batch_loss
                 tokens += batch_tokens
             strategy.run(replica_apply)
-            return loss_sum, tokens
+            return loss_sum, tokens, stop
 
         ids = tf.TensorSpec([None, None], tf.int32)
 
@@ -248,15 +257,17 @@ class Trainer:
         """Train until `train_steps` (default `options.train_steps`) updates.
 
         The first call resumes from the latest checkpoint in `model_dir` (unless `restore`
-        was called already); later calls continue from the weights in memory.
+        was called already); later calls continue from the weights in memory. SIGTERM
+        (preemption) makes every worker finish its step, save a checkpoint and return with
+        `results["preempted"] = True`.
 
         Args:
             train_dataset_fn: `input_context -> tf.data.Dataset` of `(inputs, labels)`
                 batches for one replica, repeating indefinitely (see `data.make_dataset`).
             validation_dataset: optional finite dataset for validation loss/perplexity.
-            train_steps: overrides `options.train_steps`.
             padding_fraction: optional measured padding fraction of the training batches,
                 logged to TensorBoard.
+            train_steps: overrides `options.train_steps`.
 
         Returns:
             dict with the final step, the last training loss (per token), tokens/s, and
@@ -269,60 +280,40 @@ class Trainer:
         options = dataclasses.replace(self.options, train_steps=train_steps or self.options.train_steps)
         if not self._restored:
             self.restore()
-        start_step = self.step
-        results = {"step": start_step}
-        if start_step >= options.train_steps:
-            logging.info("Already trained: step %d >= train_steps %d", start_step, options.train_steps)
+        results = {"step": self.step}
+        if self.step >= options.train_steps:
+            logging.info("Already trained: step %d >= train_steps %d", self.step, options.train_steps)
             return results
-        dataset = self.strategy.distribute_datasets_from_function(train_dataset_fn)
-        iterator = iter(dataset)
+        iterator = iter(self.strategy.distribute_datasets_from_function(train_dataset_fn))
         writers = {
-            name: tf.summary.create_file_writer(str(self.write_dir / "logs" / name)) for name in ("train", "validation")
+            name: tf.summary.create_file_writer(str(self.model_dir / "logs" / name))
+            if self.chief
+            else tf.summary.create_noop_writer()
+            for name in ("train", "validation")
         }
-        progress = keras.utils.Progbar(
-            options.train_steps, stateful_metrics=["loss", "lr", "tok/s"], verbose=1 if options.progress else 0
-        )
-        progress.update(start_step)
-        window_start, window_tokens, window_loss, window_loss_tokens = time.time(), 0.0, 0.0, 0.0
-        run_start = time.time()
-        while self.step < options.train_steps:
-            loss_sum, tokens = self._update(iterator)
-            loss_sum, tokens = float(loss_sum), float(tokens)
-            step = self.step
-            if not math.isfinite(loss_sum):
-                raise DivergenceError(
-                    f"Training diverged: loss is {loss_sum} at step {step}. "
-                    f"The last good checkpoint is {self.manager.latest_checkpoint}."
-                )
-            window_tokens += tokens
-            window_loss += loss_sum
-            window_loss_tokens += tokens
-            if step % options.log_every == 0 or step == options.train_steps:
-                elapsed = time.time() - window_start
-                rate = window_tokens / max(elapsed, 1e-9)
-                loss = window_loss / max(window_loss_tokens, 1.0)
-                lr = float(self.optimizer.learning_rate)
-                results.update(loss=loss, tokens_per_second=rate)
-                if self.chief:
-                    with writers["train"].as_default(step=step):
-                        tf.summary.scalar("loss", loss)
-                        tf.summary.scalar("learning_rate", lr)
-                        tf.summary.scalar("tokens_per_second", rate)
-                        if padding_fraction is not None:
-                            tf.summary.scalar("padding_fraction", padding_fraction)
-                done = step - start_step
-                eta = (time.time() - run_start) / max(done, 1) * (options.train_steps - step)
-                progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate)])
-                if not options.progress:
-                    logging.info(
-                        "step %d/%d loss %.4f lr %.3g %.0f tok/s ETA %s",
-                        step, options.train_steps, loss, lr, rate, _format_seconds(eta),
+        meter = _ProgressMeter(options, self.step)
+        with _TerminationSignal() as termination:
+            while self.step < options.train_steps:
+                loss_sum, tokens, stop = self._update(iterator, tf.constant(float(termination.received)))
+                loss_sum, tokens, step = float(loss_sum), float(tokens), self.step
+                if not math.isfinite(loss_sum):
+                    raise DivergenceError(
+                        f"Training diverged: loss is {loss_sum} at step {step}. "
+                        f"The last good checkpoint is {self.manager.latest_checkpoint}."
                     )
-                window_start, window_tokens, window_loss, window_loss_tokens = time.time(), 0.0, 0.0, 0.0
-            if step % options.checkpoint_every == 0:
-                self.save()
-            if validation_dataset is not None and options.eval_every and step % options.eval_every == 0:
-                results.update(self._validate(validation_dataset, writers["validation"], step))
+                meter.add(loss_sum, tokens)
+                if step % options.log_every == 0 or step == options.train_steps:
+                    results.update(self._log(meter, writers["train"], step, padding_fraction))
+                if float(stop) > 0:
+                    path = self.save()
+                    message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
+                    logging.warning(message)
+                    results.update(step=step, preempted=True, checkpoint=path)
+                    return results
+                if step % options.checkpoint_every == 0:
+                    self.save()
+                if validation_dataset is not None and options.eval_every and step % options.eval_every == 0:
+                    results.update(self._validate(validation_dataset, writers["validation"], step))
         if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(f"-{self.step}"):
             self.save()
         if validation_dataset is not None and (not options.eval_every or self.step % options.eval_every):
@@ -332,6 +323,24 @@ class Trainer:
         results["step"] = self.step
         return results
 
+    def _log(self, meter, writer, step, padding_fraction):
+        loss, rate, eta = meter.window(step)
+        lr = float(self.optimizer.learning_rate)
+        with writer.as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("tokens_per_second", rate)
+            if padding_fraction is not None:
+                tf.summary.scalar("padding_fraction", padding_fraction)
+        if self.options.progress:
+            meter.progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate)])
+        else:
+            logging.info(
+                "step %d/%d loss %.4f lr %.3g %.0f tok/s ETA %s",
+                step, meter.train_steps, loss, lr, rate, _format_seconds(eta),
+            )
+        return {"loss": loss, "tokens_per_second": rate}
+
     def _validate(self, dataset, writer, step):
         metrics = self.evaluate(dataset)
         if self.chief:
@@ -340,6 +349,57 @@ class Trainer:
                 tf.summary.scalar("perplexity", metrics["val_perplexity"])
         logging.info("step %d validation loss %.4f perplexity %.2f", step, metrics["val_loss"], metrics["val_perplexity"])
         return metrics
+
+
+class _ProgressMeter:
+    """Loss and token rate over the steps since the last log line, and the ETA."""
+
+    def __init__(self, options, start_step):
+        self.train_steps = options.train_steps
+        self.start_step = start_step
+        self.run_start = time.time()
+        self.progress = keras.utils.Progbar(options.train_steps, stateful_metrics=["loss", "lr", "tok/s"])
+        if options.progress:
+            self.progress.update(start_step)
+        self._reset()
+
+    def _reset(self):
+        self.window_start, self.loss_sum, self.tokens = time.time(), 0.0, 0.0
+
+    def add(self, loss_sum, tokens):
+        self.loss_sum += loss_sum
+        self.tokens += tokens
+
+    def window(self, step):
+        """`(loss per token, tokens/s, ETA seconds)` of the window; starts a new one."""
+        loss = self.loss_sum / max(self.tokens, 1.0)
+        rate = self.tokens / max(time.time() - self.window_start, 1e-9)
+        eta = (time.time() - self.run_start) / max(step - self.start_step, 1) * (self.train_steps - step)
+        self._reset()
+        return loss, rate, eta
+
+
+class _TerminationSignal:
+    """Records SIGTERM while training runs (main thread only), instead of dying mid-step."""
+
+    def __init__(self):
+        self.received = False
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        logging.warning("SIGTERM received: finishing the step and saving a checkpoint.")
+        self.received = True
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
 
 
 def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):

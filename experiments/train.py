@@ -34,7 +34,7 @@ flags.DEFINE_string("val_tgt", None, "--dataset=files: validation target file.")
 flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy.")
 flags.DEFINE_list("devices", None, "Devices for --strategy=mirrored (default: all GPUs, else the CPU).")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (to try MirroredStrategy without GPUs).")
-flags.DEFINE_integer("batch_tokens", 4096, "Token budget of one batch per replica (source and target each).")
+flags.DEFINE_integer("batch_tokens", 2048, "Token budget of one batch per replica (source and target each).")
 flags.DEFINE_integer("accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update).")
 flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Numeric precision.")
 flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
@@ -44,7 +44,6 @@ flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every this many
 flags.DEFINE_integer("keep_checkpoints", 5, "Checkpoints to keep.")
 flags.DEFINE_integer("log_every", 50, "Log and write TensorBoard scalars every this many steps.")
 flags.DEFINE_integer("eval_every", 500, "Validation loss every this many steps (0: at the end only).")
-flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplier of the paper's learning-rate schedule.")
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
 
 FLAGS = flags.FLAGS
@@ -75,7 +74,6 @@ def main(argv):
         keep_checkpoints=FLAGS.keep_checkpoints,
         log_every=FLAGS.log_every,
         eval_every=FLAGS.eval_every,
-        learning_rate_scale=FLAGS.learning_rate_scale,
         seed=FLAGS.seed,
         progress=FLAGS.progress,
     )

@@ -198,9 +198,12 @@ class MultiHeadAttention(keras.layers.Layer):
         return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
 
     def _project(self, inputs, kernel, bias):
-        projected = ops.einsum("btd,dhk->bhtk", inputs, kernel)  # (B, H, T, Dk)
+        # Cast explicitly: `compute_cache` runs outside `__call__`, where Keras does not
+        # autocast variables under mixed precision.
+        dtype = self.compute_dtype
+        projected = ops.einsum("btd,dhk->bhtk", ops.cast(inputs, dtype), ops.cast(kernel, dtype))  # (B, H, T, Dk)
         if self.use_bias:
-            projected = projected + ops.expand_dims(bias, axis=1)  # bias (H, 1, Dk)
+            projected = projected + ops.expand_dims(ops.cast(bias, dtype), axis=1)  # bias (H, 1, Dk)
         return projected
 
     def compute_cache(self, key_value_sequence, key_sequence=None):

@@ -48,7 +48,6 @@ class TrainOptions:
         keep_checkpoints: how many recent checkpoints to keep.
         log_every: log and write TensorBoard scalars every this many updates.
         eval_every: compute validation loss/perplexity every this many updates (0: only at the end).
-        learning_rate_scale: multiplier of the paper's schedule.
         seed: seeds initialization, dropout and data shuffling.
         progress: show a Keras progress bar.
     """
@@ -62,7 +61,6 @@ class TrainOptions:
     keep_checkpoints: int = 5
     log_every: int = 50
     eval_every: int = 500
-    learning_rate_scale: float = 1.0
     seed: int = 0
     progress: bool = True
 
@@ -107,7 +105,7 @@ class Trainer:
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
             self.optimizer = paper_optimizer(
-                config.hidden_dim, config.warmup_steps, options.learning_rate_scale, options.precision
+                config.hidden_dim, config.warmup_steps, config.learning_rate_scale, options.precision
             )
             self.optimizer.build(self.model.trainable_variables)
             self._accumulators = None

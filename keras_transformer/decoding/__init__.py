@@ -1,0 +1,41 @@
+"""Search algorithms over the cached decoder step: greedy, beam (GNMT length penalty), sampling.
+
+Every search is one `tf.while_loop` with static shapes over a step function, so it runs
+eagerly, under `tf.function`, under XLA (`jit_compile=True`) and inside exported
+SavedModels. `CachedStep` uses the model's preallocated key/value cache; `RecomputeStep`
+re-runs the full decoder every step (the baseline, `use_cache=False`).
+
+Example:
+
+>>> from keras_transformer import Transformer, get_preset
+>>> from keras_transformer.decoding import beam_search, greedy_search
+>>> model = Transformer(get_preset("tiny", vocabulary_size=32, num_encoder_layers=1,
+...                                num_decoder_layers=1, hidden_dim=32, num_heads=2))
+>>> token_ids, scores = greedy_search(model, [[5, 6, 7, 3]], max_length=8)
+>>> token_ids, scores = beam_search(model, [[5, 6, 7, 3]], beam_size=4, max_length=8)
+"""
+
+from keras_transformer.decoding.beam import beam_search, recompute_beam_search
+from keras_transformer.decoding.greedy import filter_logits, greedy_search, recompute_greedy_search, sample
+from keras_transformer.decoding.lengths import BOS_ID, EOS_ID, PAD_ID, UNK_ID, length_penalty
+from keras_transformer.decoding.searcher import make_search_fn, options_from_config
+from keras_transformer.decoding.steps import CachedStep, RecomputeStep, make_step
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "CachedStep",
+    "RecomputeStep",
+    "beam_search",
+    "filter_logits",
+    "greedy_search",
+    "length_penalty",
+    "make_search_fn",
+    "make_step",
+    "options_from_config",
+    "recompute_beam_search",
+    "recompute_greedy_search",
+    "sample",
+]

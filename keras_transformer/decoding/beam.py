@@ -1,0 +1,182 @@
+"""Beam search with the GNMT length penalty and early stopping (paper section 6.1).
+
+Shape letters: B batch, K beam size, N = B * K, L output buffer length, V vocabulary size,
+R = num_return.
+
+One `tf.while_loop` with static shapes over a step function (see `steps.py`): runs
+eagerly, under `tf.function`, under XLA and inside an exported SavedModel.
+
+The algorithm, per sentence, at step t (every alive hypothesis has t tokens):
+
+1. Extend each of the K alive hypotheses by every token: K * V candidates with
+   log P(y_1..y_t+1) = log P(alive) + log p(token); keep the 2K best (at most K of them
+   end with EOS, so at least K can continue).
+2. Candidates ranked in the first K that end with EOS, or that reach the sentence's
+   length limit, **finish**: they enter a separate finished set (size K) with the
+   normalized score log P / lp(|Y|), lp(|Y|) = ((5 + |Y|) / 6)^alpha, |Y| counting EOS.
+   Finished hypotheses are never extended again.
+3. The K best candidates that did not end become the new alive set; the decoder cache
+   rows follow their parents (`step.reorder`).
+4. A sentence is done when its `num_return`-th best finished score is >= the best score
+   any alive hypothesis could still reach. Log-probabilities only decrease and lp grows
+   with the length, so that bound is log P(best alive) / lp(limit) (alpha >= 0). The loop
+   ends when every sentence is done (at the latest when all reach their limit).
+
+With `beam_size=1` and `length_penalty=0` this is exactly greedy search.
+"""
+
+import math
+
+import tensorflow as tf
+
+from keras_transformer.decoding import lengths as lengths_lib
+from keras_transformer.decoding.lengths import BOS_ID, EOS_ID
+from keras_transformer.decoding.steps import make_step
+
+_NEG_INF = -math.inf
+
+
+def _check_beam_arguments(beam_size, length_penalty, num_return):
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive integer. Received: beam_size={beam_size!r}")
+    if isinstance(num_return, bool) or not isinstance(num_return, int) or not 1 <= num_return <= beam_size:
+        raise ValueError(
+            f"num_return must be an integer in [1, beam_size]. Received: num_return={num_return!r}, beam_size={beam_size}"
+        )
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not length_penalty >= 0:
+        raise ValueError(f"length_penalty must be a number >= 0. Received: length_penalty={length_penalty!r}")
+
+
+def beam_search(
+    model,
+    source_ids,
+    beam_size=4,
+    length_penalty=0.6,
+    max_output_offset=50,
+    max_length=None,
+    num_return=1,
+    use_cache=True,
+):
+    """Beam search for the hypotheses with the best length-normalized log-probability.
+
+    Args:
+        model: a `Transformer` (or any object with its `encode` / `init_cache` /
+            `decode_step` / `decode` interface), or a step object from `steps.py`.
+        source_ids: int `(B, S)`, sources ending with EOS, right-padded with 0; sources of
+            different lengths may share a batch (each gets its own length limit).
+        beam_size: K (4 in the paper).
+        length_penalty: alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (0.6 in the paper; 0 ranks by
+            plain log-probability).
+        max_output_offset: sentence `b` produces at most
+            `min(source_length_b + max_output_offset, L)` tokens (50 in the paper).
+        max_length: the output buffer length `L`: an int for static output shapes, or
+            `None` for `S + max_output_offset` (see `greedy_search`).
+        num_return: how many hypotheses to return per sentence (<= beam_size).
+        use_cache: decode with the key/value cache; False re-runs the full decoder over the
+            prefix every step (the baseline).
+
+    Returns:
+        `(token_ids int32 (B, R, L), scores float32 (B, R))`, best first. Outputs exclude
+        BOS, include EOS when produced (a hypothesis cut at its length limit has none),
+        PAD (0) after it. Scores are log P(Y | X) / lp(|Y|). A slot the search could not
+        fill (only with a tiny vocabulary or zero-probability tokens) has score -inf
+        and only PAD.
+
+    Example:
+
+    >>> from keras_transformer import Transformer, get_preset
+    >>> from keras_transformer.decoding import beam_search
+    >>> model = Transformer(get_preset("tiny", vocabulary_size=32, num_encoder_layers=1,
+    ...                                num_decoder_layers=1, hidden_dim=32, num_heads=2))
+    >>> token_ids, scores = beam_search(model, [[5, 6, 7, 3], [8, 3, 0, 0]], num_return=2,
+    ...                                 max_length=8)
+    >>> tuple(token_ids.shape), tuple(scores.shape)
+    ((2, 2, 8), (2, 2))
+
+    References:
+        Vaswani et al., 2017, section 6.1; Wu et al., 2016 (GNMT), section 7.
+    """
+    _check_beam_arguments(beam_size, length_penalty, num_return)
+    alpha = float(length_penalty)
+    step_fn = make_step(model, use_cache)
+    source_ids = lengths_lib.as_source_ids(source_ids)
+    buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
+    limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
+    batch_size = tf.shape(source_ids)[0]
+    k = beam_size
+
+    state = step_fn.initialize(source_ids, buffer_size, num_copies=k)  # rows b * K + beam
+    alive_ids = tf.concat(
+        [tf.fill([batch_size, k, 1], BOS_ID), tf.zeros([batch_size, k, buffer_size], tf.int32)], axis=2
+    )  # (B, K, L + 1)
+    # Only beam 0 is alive at first, so the first step does not expand K copies of BOS.
+    alive_log_probs = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])  # (B, K)
+    finished_ids = tf.zeros_like(alive_ids)  # (B, K, L + 1)
+    finished_scores = tf.fill([batch_size, k], _NEG_INF)  # (B, K)
+    done = tf.less_equal(limits, 0)  # (B,)
+    best_possible_penalty = lengths_lib.length_penalty(limits, alpha)  # (B,) lp(limit)
+    width = tf.shape(alive_ids)[2]
+    slots = tf.range(width)  # (L + 1,)
+    row_offsets = tf.range(batch_size)[:, None] * k  # (B, 1)
+    in_first_k = (tf.range(2 * k) < k)[None, :]  # (1, 2K)
+
+    def cond(index, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
+        return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(done)))
+
+    def body(index, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
+        flat_ids = tf.reshape(alive_ids, [-1, width])  # (N, L + 1)
+        logits, state = step_fn.step(state, flat_ids, index)  # (N, V)
+        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # not renormalized
+        vocabulary_size = log_probs.shape[-1] or tf.shape(log_probs)[-1]
+        log_probs = tf.reshape(log_probs, [batch_size, k, vocabulary_size])  # (B, K, V)
+
+        # 1. the 2K best one-token extensions
+        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch_size, -1])  # (B, K * V)
+        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # (B, 2K)
+        parents = top_indices // vocabulary_size  # (B, 2K)
+        tokens = top_indices % vocabulary_size  # (B, 2K)
+        top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (B, 2K, L + 1)
+        top_ids = tf.where(tf.equal(slots, index + 1)[None, None, :], tokens[:, :, None], top_ids)
+        valid = (top_log_probs > _NEG_INF) & tf.logical_not(done)[:, None]
+        ended = tf.equal(tokens, EOS_ID) | (index + 1 >= limits)[:, None]
+
+        # 2. finished: merge the new ones (ranked in the first K) into the finished set
+        normalized = top_log_probs / lengths_lib.length_penalty(index + 1, alpha)  # (B, 2K)
+        new_scores = tf.where(valid & ended & in_first_k, normalized, _NEG_INF)
+        merged_scores = tf.concat([finished_scores, new_scores], axis=1)  # (B, 3K)
+        merged_ids = tf.concat([finished_ids, top_ids], axis=1)  # (B, 3K, L + 1)
+        finished_scores, picked = tf.math.top_k(merged_scores, k=k)  # (B, K), sorted
+        finished_ids = tf.gather(merged_ids, picked, batch_dims=1)
+
+        # 3. alive: the K best that did not end; the cache follows their parents
+        continuing = tf.where(valid & tf.logical_not(ended), top_log_probs, _NEG_INF)
+        alive_log_probs, picked = tf.math.top_k(continuing, k=k)  # (B, K)
+        alive_ids = tf.gather(top_ids, picked, batch_dims=1)  # (B, K, L + 1)
+        parent_rows = tf.gather(parents, picked, batch_dims=1) + row_offsets  # (B, K)
+        state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]))
+
+        # 4. early stopping: can any alive hypothesis still beat the num_return-th finished?
+        bound = tf.reduce_max(alive_log_probs, axis=1) / best_possible_penalty  # (B,)
+        done = done | (finished_scores[:, num_return - 1] >= bound)
+        alive_log_probs = tf.where(done[:, None], _NEG_INF, alive_log_probs)
+        return index + 1, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
+
+    loop_vars = (tf.constant(0, tf.int32), alive_ids, alive_log_probs, finished_ids, finished_scores, done, state)
+    _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(cond, body, loop_vars)
+    return finished_ids[:, :num_return, 1:], finished_scores[:, :num_return]
+
+
+def recompute_beam_search(
+    model, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=50, max_length=None, num_return=1
+):
+    """`beam_search` without the cache: the full decoder re-runs over the prefix every step."""
+    return beam_search(
+        model,
+        source_ids,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_output_offset=max_output_offset,
+        max_length=max_length,
+        num_return=num_return,
+        use_cache=False,
+    )

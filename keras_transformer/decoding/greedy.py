@@ -1,0 +1,203 @@
+"""One hypothesis per sentence: greedy search and (top-k / nucleus) sampling.
+
+Shape letters: B batch, S source length, L output buffer length, V vocabulary size.
+
+Both run one `tf.while_loop` with static shapes over a step function (see `steps.py`), so
+they work eagerly, under `tf.function`, under `tf.function(jit_compile=True)` and inside
+an exported SavedModel. The loop ends when every sentence has emitted EOS or reached its
+length limit (see `lengths.py`).
+"""
+
+import math
+
+import tensorflow as tf
+
+from keras_transformer.decoding import lengths as lengths_lib
+from keras_transformer.decoding.lengths import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.decoding.steps import make_step
+
+# 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.
+_UNIT = 1.0 / (1 << 24)
+
+
+def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
+    """The shared loop. `choose(logits (B, V), log_probs (B, V), index) -> tokens (B,)`."""
+    source_ids = lengths_lib.as_source_ids(source_ids)
+    buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
+    limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
+    batch_size = tf.shape(source_ids)[0]
+    state = step_fn.initialize(source_ids, buffer_size, num_copies=1)
+    target_ids = tf.concat(
+        [tf.fill([batch_size, 1], BOS_ID), tf.zeros([batch_size, buffer_size], tf.int32)], axis=1
+    )  # (B, L + 1): BOS then the outputs
+    slots = tf.range(tf.shape(target_ids)[1])  # (L + 1,)
+    scores = tf.zeros([batch_size], tf.float32)
+    finished = tf.less_equal(limits, 0)  # (B,)
+
+    def cond(index, target_ids, scores, finished, state):
+        return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(finished)))
+
+    def body(index, target_ids, scores, finished, state):
+        logits, state = step_fn.step(state, target_ids, index)  # (B, V)
+        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # (B, V), not renormalized
+        logits = lengths_lib.mask_banned(logits)
+        tokens = tf.cast(choose(logits, log_probs, index), tf.int32)  # (B,)
+        token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)  # (B,)
+        tokens = tf.where(finished, PAD_ID, tokens)
+        scores = scores + tf.where(finished, 0.0, token_log_probs)
+        target_ids = tf.where(tf.equal(slots, index + 1)[None, :], tokens[:, None], target_ids)
+        finished = finished | tf.equal(tokens, EOS_ID) | (index + 1 >= limits)
+        return index + 1, target_ids, scores, finished, state
+
+    _, target_ids, scores, _, _ = tf.while_loop(
+        cond, body, (tf.constant(0, tf.int32), target_ids, scores, finished, state)
+    )
+    return target_ids[:, 1:], scores
+
+
+def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_cache=True):
+    """Greedy decoding: the most probable next token at every step.
+
+    Args:
+        model: a `Transformer` (or any object with its `encode` / `init_cache` /
+            `decode_step` / `decode` interface), or a step object from `steps.py`.
+        source_ids: int `(B, S)`, sources ending with EOS, right-padded with 0; sources of
+            different lengths may share a batch.
+        max_length: the output buffer length `L`. An int makes every output shape static
+            (`(B, L)` whatever the input). `None`: `L = S + max_output_offset` for the
+            padded width `S` (capped at `model.config.max_length` with learned positions).
+        max_output_offset: sentence `b` stops after at most
+            `min(source_length_b + max_output_offset, L)` tokens, `source_length_b` being
+            its number of non-PAD source tokens.
+        use_cache: decode with the key/value cache (`CachedStep`); False re-runs the full
+            decoder over the prefix every step (`RecomputeStep`).
+
+    Returns:
+        `(token_ids int32 (B, L), scores float32 (B,))`: outputs without BOS, with EOS when
+        one was produced, PAD (0) after it; scores are sums of the model's token
+        log-probabilities (natural log). PAD and BOS are never produced.
+
+    Example:
+
+    >>> from keras_transformer import Transformer, get_preset
+    >>> from keras_transformer.decoding import greedy_search
+    >>> model = Transformer(get_preset("tiny", vocabulary_size=32, num_encoder_layers=1,
+    ...                                num_decoder_layers=1, hidden_dim=32, num_heads=2))
+    >>> token_ids, scores = greedy_search(model, [[5, 6, 7, 3]], max_length=8)
+    >>> tuple(token_ids.shape), tuple(scores.shape)
+    ((1, 8), (1,))
+    """
+
+    def choose(logits, log_probs, index):
+        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+
+    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose)
+
+
+def recompute_greedy_search(model, source_ids, max_length=None, max_output_offset=50):
+    """`greedy_search` without the cache: the full decoder re-runs over the prefix every step."""
+    return greedy_search(model, source_ids, max_length=max_length, max_output_offset=max_output_offset, use_cache=False)
+
+
+def _seed_pair(seed):
+    """A seed as an int32 tensor of shape (2,), as the stateless random ops want."""
+    if seed is None:
+        return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int32)  # fresh each call
+    if isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}")
+    if isinstance(seed, int):
+        return tf.constant([seed % (2**31), 0], tf.int32)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    if seed.shape.rank == 0:
+        return tf.stack([seed, tf.zeros_like(seed)])
+    if seed.shape.rank == 1 and seed.shape[0] == 2:
+        return seed
+    raise ValueError(f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}")
+
+
+def uniform_noise(shape, seed):
+    """Uniform floats in (0, 1) from a stateless seed, identical with and without XLA.
+
+    `tf.random.stateless_uniform` for floats is not bit-identical between XLA and the TF
+    kernels; its raw 32-bit output is, so the float is made here from 24 of those bits.
+    """
+    bits = tf.random.stateless_uniform(shape, seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox")
+    bits = tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32))
+    return (tf.cast(bits, tf.float32) + 0.5) * _UNIT
+
+
+def filter_logits(logits, top_k=0, top_p=1.0):
+    """Keep the `top_k` largest logits and the smallest set of tokens whose probability
+    reaches `top_p` (nucleus); the others become -inf. `(B, V)` -> `(B, V)`.
+
+    Tokens tied with the last kept logit are kept too.
+    """
+    neg_inf = tf.constant(-math.inf, logits.dtype)
+    if top_k:
+        vocabulary_size = logits.shape[-1]
+        if vocabulary_size is not None:
+            top_k = min(top_k, vocabulary_size)
+        else:
+            top_k = tf.minimum(top_k, tf.shape(logits)[-1])
+        kth = tf.math.top_k(logits, k=top_k).values[:, -1:]  # (B, 1)
+        logits = tf.where(logits < kth, neg_inf, logits)
+    if top_p < 1.0:
+        sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")  # (B, V)
+        probs = tf.nn.softmax(sorted_logits, axis=-1)
+        before = tf.cumsum(probs, axis=-1, exclusive=True)  # probability mass ranked above each token
+        keep = tf.reduce_sum(tf.cast(before < top_p, tf.int32), axis=-1, keepdims=True)  # (B, 1), >= 1
+        threshold = tf.gather(sorted_logits, keep - 1, batch_dims=1)  # (B, 1): smallest kept logit
+        logits = tf.where(logits < threshold, neg_inf, logits)
+    return logits
+
+
+def sample(
+    model,
+    source_ids,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    max_length=None,
+    max_output_offset=50,
+    use_cache=True,
+):
+    """Ancestral sampling, optionally restricted to the top-k tokens and/or the nucleus top-p.
+
+    Every step draws the next token from softmax(logits / temperature) after the top-k
+    and top-p filters (Gumbel-max trick with stateless random bits: step `t` uses the seed
+    folded with `t`). The same seed gives the same samples eagerly, in graph mode, under
+    XLA and in an exported SavedModel; a sentence's noise depends on its row in the batch.
+
+    Args:
+        model: as in `greedy_search`.
+        source_ids: int `(B, S)`, 0 = padding.
+        temperature: > 0; lower is closer to greedy.
+        top_k: sample among the `top_k` most probable tokens (0 = all). `top_k=1` is greedy.
+        top_p: sample among the most probable tokens whose total probability reaches
+            `top_p` (1.0 = all).
+        seed: an int, an int tensor of shape `()` or `(2,)`, or None for a fresh random
+            seed on every call.
+        max_length, max_output_offset, use_cache: as in `greedy_search`.
+
+    Returns:
+        `(token_ids int32 (B, L), scores float32 (B,))` as in `greedy_search`; scores are
+        the sampled tokens' log-probabilities under the model itself (temperature 1,
+        unfiltered).
+    """
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0. Received: temperature={temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = no limit). Received: top_k={top_k!r}")
+    if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1]. Received: top_p={top_p!r}")
+    seed = _seed_pair(seed)
+
+    def choose(logits, log_probs, index):
+        logits = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
+        step_seed = tf.random.experimental.stateless_fold_in(seed, index, alg="philox")
+        noise = uniform_noise(tf.shape(logits), step_seed)
+        gumbel = -tf.math.log(-tf.math.log(noise))  # (B, V)
+        return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
+
+    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose)

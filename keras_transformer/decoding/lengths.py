@@ -1,0 +1,114 @@
+"""Special token ids, output-length limits and the GNMT length penalty used by every search.
+
+Shape letters: B batch, S source length (padded), L output buffer length.
+
+Length conventions shared by `greedy_search`, `sample` and `beam_search`:
+
+* The **output buffer** has `L` slots (a static Python int when `max_length` is given).
+  Outputs exclude BOS; a hypothesis that ends with EOS includes it; slots after the last
+  token hold PAD (0).
+* Each sentence may produce at most `limit_b = min(source_length_b + max_output_offset, L)`
+  tokens, where `source_length_b` counts the non-PAD tokens of its source (EOS included).
+  A hypothesis that reaches its limit without EOS ends there (it is truncated, no EOS
+  is appended).
+* `|Y|` in the length penalty is the number of output tokens, EOS included.
+"""
+
+import math
+
+import tensorflow as tf
+
+from keras_transformer.models.transformer import PAD_ID
+
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+# Ids that a search never emits: PAD would read as "sequence over" and BOS only starts
+# the decoder input. Their log-probabilities are set to -inf (not renormalized).
+BANNED_IDS = (PAD_ID, BOS_ID)
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016, eq. 14).
+
+    Args:
+        length: int or int tensor, the number of output tokens |Y| (EOS included).
+        alpha: float >= 0; 0 turns the penalty off (lp = 1).
+
+    Returns:
+        float32 tensor of `length`'s shape.
+    """
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def as_source_ids(source_ids):
+    """Source ids as an int32 `(B, S)` tensor (from any integer tensor, array or nested list)."""
+    source_ids = tf.convert_to_tensor(source_ids)
+    if not source_ids.dtype.is_integer:
+        raise ValueError(f"source_ids must hold integer token ids. Received: dtype={source_ids.dtype.name}")
+    if source_ids.shape.rank is not None and source_ids.shape.rank != 2:
+        raise ValueError(f"source_ids must have shape (batch, length). Received: shape={source_ids.shape}")
+    return tf.cast(source_ids, tf.int32)
+
+
+def source_lengths(source_ids):
+    """Number of non-PAD tokens of each source: int32 `(B,)`."""
+    return tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+
+
+def _position_limit(model):
+    """Longest decoder input the model can place (learned positions), or None."""
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "positional", None) == "learned":
+        return config.max_length
+    return None
+
+
+def check_max_output_offset(max_output_offset):
+    if isinstance(max_output_offset, bool) or not isinstance(max_output_offset, int) or max_output_offset < 0:
+        raise ValueError(f"max_output_offset must be an integer >= 0. Received: max_output_offset={max_output_offset!r}")
+
+
+def buffer_length(model, source_ids, max_length=None, max_output_offset=50):
+    """The output buffer length `L`.
+
+    * `max_length` given: `L = max_length`, a static Python int (one compiled shape for
+      every input). It must not exceed the positions a learned-position model can place.
+    * `max_length=None`: `L = S + max_output_offset`, `S` being the padded source width
+      (a Python int when the source shape is static, else a scalar tensor fixed per call),
+      capped at `model.config.max_length` for learned positions.
+
+    Returns:
+        a Python int or an int32 scalar tensor.
+    """
+    check_max_output_offset(max_output_offset)
+    limit = _position_limit(model)
+    if max_length is not None:
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise ValueError(f"max_length must be a positive integer or None. Received: max_length={max_length!r}")
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                "max_length exceeds the positions of the model's learned position embedding. "
+                f"Received: max_length={max_length}, model.config.max_length={limit}"
+            )
+        return max_length
+    width = source_ids.shape[1]
+    if width is not None:
+        length = int(width) + max_output_offset
+        return length if limit is None else min(length, limit)
+    length = tf.shape(source_ids)[1] + max_output_offset
+    return length if limit is None else tf.minimum(length, limit)
+
+
+def output_limits(source_ids, buffer_size, max_output_offset):
+    """Per-sentence maximum output length `min(source_length + offset, L)`: int32 `(B,)`."""
+    return tf.minimum(source_lengths(source_ids) + max_output_offset, buffer_size)
+
+
+def mask_banned(log_probs):
+    """Set the log-probabilities (or logits) of `BANNED_IDS` to -inf. `(..., V)` -> `(..., V)`."""
+    vocabulary_size = tf.shape(log_probs)[-1]
+    banned = tf.reduce_any(tf.equal(tf.range(vocabulary_size)[:, None], tf.constant(BANNED_IDS)[None, :]), axis=1)  # (V,)
+    return tf.where(banned, tf.constant(-math.inf, log_probs.dtype), log_probs)

@@ -1,0 +1,87 @@
+"""A compiled search function for a model and fixed settings, for translation and export.
+
+Shape letters: B batch, S source length, L output buffer length, R hypotheses per sentence.
+"""
+
+import inspect
+
+import tensorflow as tf
+
+from keras_transformer.decoding.beam import beam_search
+from keras_transformer.decoding.greedy import greedy_search, sample
+from keras_transformer.decoding.steps import CachedStep, RecomputeStep
+
+METHODS = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
+
+SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+
+
+def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **options):
+    """A `tf.function` that decodes int32 `(B, S)` source ids with fixed settings.
+
+    Its input signature is `tf.TensorSpec([None, None], tf.int32, name="source_ids")`, so
+    it is traced once (any batch size and source length) and can be attached to a
+    `tf.Module` and exported as a SavedModel signature. With `jit_compile=True` XLA
+    compiles it; XLA specializes on input shapes, so pass `max_length=` (an int) to get
+    one static output buffer, and pad sources to a few fixed widths to limit recompiles.
+
+    Args:
+        model: a `Transformer` (or an object with its interface).
+        method: "greedy", "beam" or "sample".
+        use_cache: the cached decoder step (True) or full recomputation every step (False).
+        jit_compile: compile with XLA.
+        **options: the keyword arguments of `greedy_search`, `beam_search` or `sample`
+            (e.g. `beam_size`, `length_penalty`, `max_output_offset`, `max_length`,
+            `num_return`, `temperature`, `top_k`, `top_p`, `seed`).
+
+    Returns:
+        a `tf.function` mapping `source_ids` to `{"token_ids": int32, "scores": float32}`:
+        `(B, L)` and `(B,)` for greedy and sampling, `(B, R, L)` and `(B, R)` for beam.
+
+    Example:
+
+    >>> from keras_transformer import Transformer, get_preset
+    >>> from keras_transformer.decoding import make_search_fn
+    >>> model = Transformer(get_preset("tiny", vocabulary_size=32, num_encoder_layers=1,
+    ...                                num_decoder_layers=1, hidden_dim=32, num_heads=2))
+    >>> translate = make_search_fn(model, "beam", beam_size=4, max_length=8)
+    >>> outputs = translate([[5, 6, 7, 3], [8, 3, 0, 0]])
+    >>> tuple(outputs["token_ids"].shape), tuple(outputs["scores"].shape)
+    ((2, 1, 8), (2, 1))
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+    search = METHODS[method]
+    try:  # unknown option names fail here, not at the first call
+        inspect.signature(search).bind(model, None, **options)
+    except TypeError as error:
+        raise ValueError(f"Invalid options for method={method!r}: {error}. Received: {sorted(options)}") from None
+    # Under XLA the recompute baseline decodes the whole buffer every step (static shapes).
+    step = CachedStep(model) if use_cache else RecomputeStep(model, prefix_only=not jit_compile)
+
+    @tf.function(input_signature=[SOURCE_SPEC], jit_compile=jit_compile)
+    def search_fn(source_ids):
+        token_ids, scores = search(step, source_ids, **options)
+        return {"token_ids": token_ids, "scores": scores}
+
+    return search_fn
+
+
+def options_from_config(config, method="beam"):
+    """The search settings stored in a `TransformerConfig`, as keyword arguments.
+
+    `beam_size`, `length_penalty` and `max_output_offset` for "beam"; only
+    `max_output_offset` for "greedy" and "sample".
+
+    Example:
+
+    >>> from keras_transformer import get_preset
+    >>> options_from_config(get_preset("base"))
+    {'beam_size': 4, 'length_penalty': 0.6, 'max_output_offset': 50}
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+    options = {"max_output_offset": config.max_output_offset}
+    if method == "beam":
+        options = {"beam_size": config.beam_size, "length_penalty": config.length_penalty, **options}
+    return options

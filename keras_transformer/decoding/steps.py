@@ -1,0 +1,142 @@
+"""Step functions: how a search gets next-token logits from a model.
+
+Shape letters: B batch, K copies per sentence (beam size), N = B * K rows, S source length,
+L output buffer length, V vocabulary size.
+
+The search algorithms (`greedy_search`, `sample`, `beam_search`) are written once against
+this small interface and never call the model directly:
+
+* `initialize(source_ids, buffer_size, num_copies)` -> `state`: encodes the source once
+  and returns a nested structure of tensors whose leading axis is `N = B * num_copies`
+  (row `b * num_copies + k` is copy `k` of sentence `b`).
+* `step(state, target_ids, index)` -> `(logits (N, V) float32, state)`: the next-token
+  logits at decoder position `index`, given the decoder inputs `target_ids (N, L + 1)`
+  (BOS at slot 0; slots `<= index` hold the prefix).
+* `reorder(state, indices)` -> `state`: follow the beam parents; `indices (N,)` picks,
+  for every new row, the row it continues. Indices never cross sentences.
+
+`CachedStep` feeds one token per step through `model.decode_step` with the preallocated
+key/value buffer from `model.init_cache`; `RecomputeStep` re-runs the whole decoder
+(`model.decode`) over the prefix every step, the uncached baseline.
+
+A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode` and
+`decode` (recompute), with the signatures of `keras_transformer.Transformer`.
+"""
+
+import tensorflow as tf
+
+try:  # Whether we are being traced for XLA (tf.function(jit_compile=True)).
+    from tensorflow.python.ops import control_flow_util as _control_flow_util
+except ImportError:  # pragma: no cover
+    _control_flow_util = None
+
+
+def in_xla_context():
+    """True while tracing inside `tf.function(jit_compile=True)` (or another XLA context)."""
+    if _control_flow_util is None or tf.executing_eagerly():
+        return False
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def tile_rows(tensor, num_copies):
+    """Repeat every row `num_copies` times along axis 0: `(B, ...)` -> `(B * K, ...)`."""
+    if num_copies == 1:
+        return tensor
+    return tf.repeat(tensor, num_copies, axis=0)
+
+
+def reorder_cache(cache, indices):
+    """Gather every tensor of a decoder cache along axis 0 by `indices`.
+
+    Sub-structures under a `"cross"` key (encoder-decoder keys/values) are left alone:
+    they are identical for all beams of a sentence and `indices` never cross sentences,
+    so gathering them would only copy memory.
+    """
+    if isinstance(cache, dict):
+        return {key: value if key == "cross" else reorder_cache(value, indices) for key, value in cache.items()}
+    if isinstance(cache, (list, tuple)):
+        return type(cache)(reorder_cache(value, indices) for value in cache)
+    return tf.gather(cache, indices, axis=0)
+
+
+class CachedStep:
+    """Incremental decoding: one new token per step, self-attention keys/values cached.
+
+    The cache comes from `model.init_cache(encoder_outputs, L)`: a fixed-size
+    self-attention buffer of `L` slots per layer (written at `index` by
+    `model.decode_step`) and the encoder-decoder keys/values, computed once per source
+    and then tiled to the `K` copies.
+
+    Args:
+        model: exposes `encode`, `init_cache` and `decode_step` like `Transformer`.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def initialize(self, source_ids, buffer_size, num_copies=1):
+        encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
+        cache = self.model.init_cache(encoder_outputs, buffer_size)  # computed once per source
+        cache = tf.nest.map_structure(
+            lambda tensor: tile_rows(tensor, num_copies), cache
+        )  # (N, ...): row b * K + k is copy k of sentence b
+        return {"cache": cache, "source_mask": tile_rows(source_mask, num_copies)}
+
+    def step(self, state, target_ids, index):
+        tokens = tf.gather(target_ids, index[None], axis=1)  # (N, 1)
+        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"])
+        return tf.cast(logits[:, 0, :], tf.float32), {"cache": cache, "source_mask": state["source_mask"]}
+
+    def reorder(self, state, indices):
+        return {"cache": reorder_cache(state["cache"], indices), "source_mask": state["source_mask"]}
+
+
+class RecomputeStep:
+    """No cache: every step re-runs the full decoder (`model.decode`) over the whole prefix.
+
+    This is the baseline that `CachedStep` is measured against; it also recomputes the
+    encoder-decoder keys/values from the encoder outputs at every step and layer.
+
+    Args:
+        model: exposes `encode` and `decode` like `Transformer`.
+        prefix_only: decode only `target_ids[:, :index + 1]` (a shape that changes every
+            step). `None` (default) chooses it except under XLA, which needs static shapes
+            and then decodes the whole `L`-slot buffer (causal masking makes the logits at
+            `index` the same, at about twice the cost).
+    """
+
+    def __init__(self, model, prefix_only=None):
+        self.model = model
+        self.prefix_only = prefix_only
+
+    def initialize(self, source_ids, buffer_size, num_copies=1):
+        encoder_outputs, source_mask = self.model.encode(source_ids)
+        return {
+            "encoder_outputs": tile_rows(encoder_outputs, num_copies),  # (N, S, D)
+            "source_mask": tile_rows(source_mask, num_copies),  # (N, S)
+        }
+
+    def step(self, state, target_ids, index):
+        prefix_only = self.prefix_only
+        if prefix_only is None:
+            prefix_only = not in_xla_context()
+        if prefix_only:
+            inputs = target_ids[:, : index + 1]  # (N, index + 1)
+            position = -1
+        else:
+            inputs = target_ids[:, :-1]  # (N, L): all decoder input slots
+            position = index
+        logits = self.model.decode(inputs, state["encoder_outputs"], state["source_mask"])  # (N, T, V)
+        logits = tf.gather(logits, position, axis=1) if not prefix_only else logits[:, -1, :]
+        return tf.cast(logits, tf.float32), state
+
+    def reorder(self, state, indices):
+        del indices  # the search reorders the token prefix itself; nothing else is per beam
+        return state
+
+
+def make_step(model, use_cache=True):
+    """`CachedStep(model)` or `RecomputeStep(model)`; a step object passes through unchanged."""
+    if hasattr(model, "initialize") and hasattr(model, "step") and hasattr(model, "reorder"):
+        return model
+    return CachedStep(model) if use_cache else RecomputeStep(model)

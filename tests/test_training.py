@@ -252,7 +252,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
     from tests.test_training import fixed_batch, micro_config
     from keras_transformer.training import Trainer, TrainOptions, create_strategy
 
-    config = micro_config(dropout=0.0, warmup_steps=100)
+    config = micro_config(dropout=0.0, warmup_steps=100, learning_rate_scale=1.0)
     halves = [fixed_batch(0), fixed_batch(1)]
     joined = ({k: np.concatenate([halves[0][0][k], halves[1][0][k]]) for k in halves[0][0]},
               np.concatenate([halves[0][1], halves[1][1]]))

@@ -1,0 +1,132 @@
+"""Training throughput against a keras-hub peer, measured in the same run, as one table.
+
+    python experiments/benchmark.py --preset=small --data_dir=../shared/data/multi30k
+
+Rows (every ratio compares two measurements taken in this run, on this machine):
+  a. training step throughput, our model vs the same-size model built from
+     keras_hub.layers.TransformerEncoder/TransformerDecoder, identical padded batches;
+  b. end-to-end real target tokens/s: our length-bucketed pipeline + model vs the keras-hub
+     model on fixed-length padding (every batch padded to --max_length);
+  c. model FLOP utilization on real tokens: training FLOP/s over the measured float32
+     matmul throughput of this machine.
+"""
+
+import tempfile
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from keras_transformer import cli
+from keras_transformer.benchmark import (
+    keras_hub_transformer,
+    make_train_step,
+    matmul_flops_per_second,
+    time_steps,
+    training_flops,
+)
+from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
+from keras_transformer.models.transformer import Transformer
+
+cli.define_config_flags("small")
+flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: download).")
+flags.DEFINE_string("src_lang", "en", "Source language.")
+flags.DEFINE_string("tgt_lang", "de", "Target language.")
+flags.DEFINE_integer("steps", 30, "Timed training steps per measurement.")
+flags.DEFINE_integer("batch_tokens", 4096, "Token budget per batch (bucketed pipeline).")
+flags.DEFINE_integer("padded_length", 32, "Row a: sentences are cut/padded to this length.")
+flags.DEFINE_integer("padded_batch", 64, "Row a: sentences per padded batch.")
+flags.DEFINE_string("precision", "float32", "Dtype policy of both models.")
+flags.DEFINE_bool("jit_compile", False, "Compile both training steps with XLA.")
+flags.DEFINE_integer("seed", 0, "Seed.")
+
+FLAGS = flags.FLAGS
+
+
+def padded_batches(pairs, tokenizer, length, batch_size, count):
+    """`count` batches of `batch_size` sentences, each side cut/padded to `length` tokens."""
+    batches = []
+    for start in range(0, count * batch_size, batch_size):
+        chunk = [pairs[(start + i) % len(pairs)] for i in range(batch_size)]
+        source = tokenizer.tokenize([s for s, _ in chunk])[:, : length - 1]
+        target = tokenizer.tokenize([t for _, t in chunk])[:, : length - 1]
+        eos = tf.fill([batch_size, 1], 3)
+        bos = tf.fill([batch_size, 1], 2)
+        source_ids = tf.concat([source, eos], 1).to_tensor(0, shape=[batch_size, length])
+        target_ids = tf.concat([bos, target], 1).to_tensor(0, shape=[batch_size, length])
+        labels = tf.concat([target, eos], 1).to_tensor(0, shape=[batch_size, length])
+        batches.append(({"source_ids": source_ids, "target_ids": target_ids}, labels))
+    return batches
+
+
+def real_lengths(batches):
+    source = np.concatenate([np.sum(inputs["source_ids"].numpy() != 0, 1) for inputs, _ in batches])
+    target = np.concatenate([np.sum(labels.numpy() != 0, 1) for _, labels in batches])
+    return source, target
+
+
+def main(argv):
+    del argv
+    keras.utils.set_random_seed(FLAGS.seed)
+    pairs = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "train", data_dir=FLAGS.data_dir)
+    config = cli.config_from_flags()
+    with tempfile.TemporaryDirectory() as workdir:
+        tokenizer = Tokenizer(
+            train_sentencepiece([x for pair in pairs for x in pair], Path(workdir) / "spm.model", config.vocabulary_size)
+        )
+    policy = FLAGS.precision
+    ours = Transformer(config, dtype=policy)
+    with keras.dtype_policies.DTypePolicyScope(policy) if hasattr(keras.dtype_policies, "DTypePolicyScope") else _null():
+        peer = keras_hub_transformer(config)
+    print(f"config: {FLAGS.preset} {config.architecture()}")
+    print(f"parameters: ours {ours.count_params():,}, keras-hub {peer.count_params():,}")
+    rows = []
+
+    # a. identical padded batches
+    padded = padded_batches(pairs, tokenizer, FLAGS.padded_length, FLAGS.padded_batch, FLAGS.steps)
+    ours_step = make_train_step(ours, config, FLAGS.jit_compile)
+    peer_step = make_train_step(peer, config, FLAGS.jit_compile)
+    ours_seconds = time_steps(ours_step, padded)
+    peer_seconds = time_steps(peer_step, padded)
+    rows.append(("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
+                 peer_seconds / ours_seconds, 1.25))
+
+    # b. real target tokens/s: bucketed (ours) vs fixed padding (keras-hub)
+    bucketed = list(make_dataset(pairs, tokenizer, batch_tokens=FLAGS.batch_tokens, max_length=config.max_length,
+                                 seed=FLAGS.seed).take(FLAGS.steps))
+    fixed = padded_batches(pairs, tokenizer, config.max_length, FLAGS.batch_tokens // config.max_length, FLAGS.steps)
+    ours_seconds = time_steps(ours_step, bucketed)
+    peer_seconds = time_steps(peer_step, fixed)
+    ours_tokens = sum(real_lengths(bucketed)[1])
+    peer_tokens = sum(real_lengths(fixed)[1])
+    ours_rate, peer_rate = ours_tokens / ours_seconds, peer_tokens / peer_seconds
+    rows.append(("b. real target tokens/s, bucketed vs fixed padding", ours_rate, peer_rate, ours_rate / peer_rate, 3.0))
+
+    # c. model FLOP utilization on real tokens
+    peak = matmul_flops_per_second()
+    source_lengths, target_lengths = real_lengths(bucketed)
+    achieved = training_flops(config, source_lengths, target_lengths) / ours_seconds
+    rows.append(("c. MFU: training FLOP/s / matmul FLOP/s", achieved / 1e9, peak / 1e9, achieved / peak, 0.60))
+
+    print()
+    print(f"{'measurement':52s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}")
+    for name, ours_value, peer_value, ratio, target in rows:
+        mark = "ok" if ratio >= target else "MISSED"
+        print(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}")
+    print("(c: ours and base in GFLOP/s)")
+    print(f"machine: {tf.config.list_physical_devices()} ; precision {policy} ; jit_compile {FLAGS.jit_compile}")
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        return False
+
+
+if __name__ == "__main__":
+    app.run(main)

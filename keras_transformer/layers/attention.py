@@ -17,6 +17,22 @@ from keras_transformer.layers.checks import check_positive_int, check_rate
 MASK_VALUE = -1e9
 
 
+def _write_positions(buffer, updates, start):
+    """`buffer` `(B, H, L, D)` with `updates` `(B, H, Q, D)` written at positions `start .. start + Q - 1`.
+
+    A gather and a select, not `ops.slice_update`: the TensorFlow backend lowers that to
+    `XlaDynamicUpdateSlice`, which outside `jit_compile` runs only through on-demand XLA
+    compilation; TF Serving's model server disables that on CPU, so it could not serve a
+    SavedModel that decodes with the cache. Same values, core ops, XLA-compatible.
+    """
+    length = ops.shape(buffer)[2]
+    count = ops.shape(updates)[2]
+    offsets = ops.arange(length) - start  # (L,) position relative to the first written slot
+    inside = ops.logical_and(offsets >= 0, offsets < count)  # (L,)
+    gathered = ops.take(updates, ops.clip(offsets, 0, count - 1), axis=2)  # (B, H, L, D)
+    return ops.where(inside[None, None, :, None], gathered, buffer)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 def scaled_dot_product_attention(query, key, value, mask=None):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper eq. 1).
@@ -268,9 +284,8 @@ class MultiHeadAttention(keras.layers.Layer):
             value = query if value is None else value
             new_keys = self._project(key, self.key_kernel, getattr(self, "key_bias", None))
             new_values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))
-            start = [0, 0, cache_index, 0]
-            keys = ops.slice_update(cache["key"], start, ops.cast(new_keys, cache["key"].dtype))
-            values = ops.slice_update(cache["value"], start, ops.cast(new_values, cache["value"].dtype))
+            keys = _write_positions(cache["key"], ops.cast(new_keys, cache["key"].dtype), cache_index)
+            values = _write_positions(cache["value"], ops.cast(new_values, cache["value"].dtype), cache_index)
             cache = {"key": keys, "value": values}
             causal_offset = cache_index
             key_mask = None  # unwritten slots are hidden by the causal mask

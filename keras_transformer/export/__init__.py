@@ -1,0 +1,65 @@
+"""Export a trained translator as a SavedModel that TF Serving answers text-in, text-out.
+
+Example:
+
+>>> from keras_transformer.export import Translator, export_saved_model
+>>> translator = Translator.from_run("runs/builtin_tiny", beam_size=4)  # doctest: +SKIP
+>>> result = export_saved_model(translator, "saved_models", name="numbers")  # doctest: +SKIP
+>>> result.path  # doctest: +SKIP
+PosixPath('saved_models/numbers/1')
+
+See docs/serving.md for the signatures, the TF Serving setup and request examples.
+"""
+
+from keras_transformer.export.model_config import MODEL_CONFIG_FILE, model_server_config, write_model_config
+from keras_transformer.export.ops_check import (
+    DENIED_OPS,
+    OpsReport,
+    assert_servable_ops,
+    check_saved_model_ops,
+    op_origins,
+    saved_model_ops,
+)
+from keras_transformer.export.serving import (
+    ExportResult,
+    ServingModule,
+    export_saved_model,
+    format_signatures,
+    list_versions,
+    next_version,
+    signature_specs,
+)
+from keras_transformer.export.translator import SIGNATURES, Translator
+from keras_transformer.export.warmup import (
+    DEFAULT_WARMUP_SENTENCES,
+    read_warmup_requests,
+    replay_warmup_requests,
+    warmup_requests,
+    write_warmup_requests,
+)
+
+__all__ = [
+    "DEFAULT_WARMUP_SENTENCES",
+    "DENIED_OPS",
+    "MODEL_CONFIG_FILE",
+    "SIGNATURES",
+    "ExportResult",
+    "OpsReport",
+    "ServingModule",
+    "Translator",
+    "assert_servable_ops",
+    "check_saved_model_ops",
+    "export_saved_model",
+    "format_signatures",
+    "list_versions",
+    "model_server_config",
+    "next_version",
+    "op_origins",
+    "read_warmup_requests",
+    "replay_warmup_requests",
+    "saved_model_ops",
+    "signature_specs",
+    "warmup_requests",
+    "write_model_config",
+    "write_warmup_requests",
+]

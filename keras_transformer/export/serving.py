@@ -1,0 +1,281 @@
+"""Versioned, atomic SavedModel export of a `Translator` for TF Serving.
+
+Layout (what TF Serving's file system source expects, one integer directory per version):
+
+    saved_models/<name>/
+        models.config                   example TF Serving model config (kept once written)
+        1/
+            saved_model.pb              signatures: serving_default, translate, translate_ids, score
+            variables/
+            assets/spm.model            the SentencePiece model (tf.saved_model.Asset)
+            assets.extra/tf_serving_warmup_requests
+            assets.extra/export_info.json
+        2/ ...
+
+A version is written into a hidden temporary directory beside the versions
+(`saved_models/<name>/.tmp-<random>`, which TF Serving ignores: it is not an integer),
+checked (warmup requests replayed through the loaded copy, op allowlist), and only then
+renamed to its integer name, so a server never sees a partial version and a failed
+export leaves no version directory behind.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+from absl import logging
+
+from keras_transformer.export import ops_check as ops_check_lib
+from keras_transformer.export import warmup as warmup_lib
+from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
+from keras_transformer.export.translator import SIGNATURES
+
+TOKENIZER_ASSET = "spm.model"
+EXPORT_INFO_FILE = "export_info.json"
+TMP_PREFIX = ".tmp-"
+
+
+class ServingModule(tf.Module):
+    """The root object of an exported translator.
+
+    Attributes (also on the loaded SavedModel):
+        translator: the `Translator` (its model's variables, its tokenizer).
+        tokenizer_model: `tf.saved_model.Asset` of the SentencePiece model, copied to
+            `assets/spm.model` (for clients of `translate_ids` that tokenize themselves;
+            the in-graph tokenizer holds the same model in its op).
+        translate, translate_ids, score: the translator's `tf.function`s. Called on the
+            loaded object, a wrong dtype or rank raises a `TypeError` naming the expected
+            `TensorSpec` (the signatures check only at run time).
+    """
+
+    def __init__(self, translator, tokenizer_file):
+        super().__init__(name="serving")
+        self.translator = translator
+        self.tokenizer_model = tf.saved_model.Asset(str(tokenizer_file))
+        self.translate = translator.translate
+        self.translate_ids = translator.translate_ids
+        self.score = translator.score
+
+    def signatures(self):
+        """Signature name -> concrete function, for `tf.saved_model.save`."""
+        return {name: getattr(self.translator, method).get_concrete_function() for name, method in SIGNATURES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """What `export_saved_model` wrote.
+
+    Attributes:
+        path: the version directory, e.g. `saved_models/numbers/3`.
+        name: the model name.
+        version: the integer version.
+        signatures: `signature_specs(path)`.
+        ops: the `ops_check.OpsReport`, or None when not checked.
+        model_config: path of the example `models.config`, or None.
+    """
+
+    path: Path
+    name: str
+    version: int
+    signatures: dict
+    ops: object = None
+    model_config: Path = None
+
+
+def list_versions(model_root):
+    """The integer versions in `saved_models/<name>`, sorted (other entries are ignored)."""
+    model_root = Path(model_root)
+    if not model_root.is_dir():
+        return []
+    return sorted(int(entry.name) for entry in model_root.iterdir() if entry.is_dir() and entry.name.isdigit())
+
+
+def next_version(model_root):
+    """The highest existing version + 1, or 1 (any entry with an integer name counts)."""
+    model_root = Path(model_root)
+    taken = [int(entry.name) for entry in model_root.iterdir() if entry.name.isdigit()] if model_root.is_dir() else []
+    return max(taken) + 1 if taken else 1
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or os.sep in name:
+        raise ValueError(
+            f"name must be a non-empty directory name without '/' that does not start with '.'. Received: name={name!r}"
+        )
+
+
+def _check_version(version):
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive integer. Received: version={version!r}")
+
+
+def signature_specs(saved_model_dir, tags="serve"):
+    """The signatures of a SavedModel, read from `saved_model.pb` (nothing is loaded).
+
+    Returns:
+        `{signature: {"inputs": {name: (dtype, shape)}, "outputs": {...}}}` with dtype
+        names like "string" and shapes as tuples (None for a dimension of any size).
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((Path(saved_model_dir) / "saved_model.pb").read_bytes())
+    (meta_graph,) = [graph for graph in saved_model.meta_graphs if tags in graph.meta_info_def.tags]
+
+    def spec(info):
+        shape = None
+        if not info.tensor_shape.unknown_rank:
+            shape = tuple(None if dim.size < 0 else dim.size for dim in info.tensor_shape.dim)
+        return tf.dtypes.as_dtype(info.dtype).name, shape
+
+    specs = {}
+    for key, signature in sorted(meta_graph.signature_def.items()):
+        if key.startswith("__"):
+            continue  # internal (__saved_model_init_op)
+        specs[key] = {
+            "inputs": {name: spec(info) for name, info in sorted(signature.inputs.items())},
+            "outputs": {name: spec(info) for name, info in sorted(signature.outputs.items())},
+        }
+    return specs
+
+
+def format_signatures(specs):
+    """`signature_specs` as lines like `translate(text: string [None]) -> translation: string [None], ...`."""
+
+    def describe(tensors):
+        return ", ".join(
+            f"{name}: {dtype} {list(shape) if shape is not None else '?'}" for name, (dtype, shape) in tensors.items()
+        )
+
+    lines = [f"{key}({describe(value['inputs'])}) -> {describe(value['outputs'])}" for key, value in specs.items()]
+    return "\n".join(lines)
+
+
+def _write_export_info(saved_model_dir, translator, name):
+    info = {
+        "name": name,
+        "signatures": {key: method for key, method in SIGNATURES.items()},
+        "settings": translator.settings,
+        "vocabulary_size": translator.vocabulary_size,
+        "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
+        "tokenizer_asset": f"assets/{TOKENIZER_ASSET}",
+    }
+    path = Path(saved_model_dir) / warmup_lib.ASSETS_EXTRA / EXPORT_INFO_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def _save(translator, directory, name, warmup_sentences, verify, check_ops):
+    """Write and check a complete version in `directory` (a fresh temporary directory)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer_file = Path(scratch) / TOKENIZER_ASSET
+        tokenizer_file.write_bytes(translator.tokenizer.model_proto)
+        module = ServingModule(translator, tokenizer_file)
+        tf.saved_model.save(module, str(directory), signatures=module.signatures())
+    logs = warmup_lib.warmup_requests(translator, name, warmup_sentences)
+    warmup_lib.write_warmup_requests(directory, logs)
+    _write_export_info(directory, translator, name)
+    if verify:
+        loaded = tf.saved_model.load(str(directory))
+        warmup_lib.replay_warmup_requests(loaded, warmup_lib.read_warmup_requests(directory))
+        del loaded
+    return ops_check_lib.assert_servable_ops(directory) if check_ops else None
+
+
+def export_saved_model(
+    translator,
+    export_dir="saved_models",
+    name="translator",
+    version=None,
+    warmup_sentences=warmup_lib.DEFAULT_WARMUP_SENTENCES,
+    verify=True,
+    check_ops=True,
+    model_config_base_path=None,
+):
+    """Export `translator` as `<export_dir>/<name>/<version>/`, atomically.
+
+    Steps, all inside `<export_dir>/<name>/.tmp-<random>/`: `tf.saved_model.save` with the
+    signatures `serving_default` (= `translate`), `translate`, `translate_ids` and `score`
+    and the SentencePiece model as an asset; warmup requests
+    (`assets.extra/tf_serving_warmup_requests`) and `assets.extra/export_info.json`;
+    with `verify`, load the copy and replay every warmup request through it; with
+    `check_ops`, refuse ops the stock model server lacks (`ops_check`). Then one
+    `os.rename` publishes the version. On any error the temporary directory is removed
+    and the existing versions are untouched.
+
+    Args:
+        translator: a `Translator`.
+        export_dir: root of all exported models.
+        name: the model name (TF Serving's `MODEL_NAME`), a directory name.
+        version: an integer version; default: the highest existing version + 1 (1 for the
+            first). An existing version is never replaced.
+        warmup_sentences: source texts of the warmup requests.
+        verify: replay the warmup requests through the loaded copy before publishing.
+        check_ops: run the op allowlist check before publishing.
+        model_config_base_path: `base_path` written to `<export_dir>/<name>/models.config`
+            (default `/models/<name>`, where docs/serving.md mounts the directory);
+            an existing file is kept.
+
+    Returns:
+        an `ExportResult`.
+
+    Raises:
+        FileExistsError: if `version` exists.
+        ValueError / TypeError: on invalid arguments (before anything is written).
+    """
+    _check_name(name)
+    if version is not None:
+        _check_version(version)
+    warmup_sentences = warmup_lib.check_sentences(warmup_sentences)
+    model_root = Path(export_dir) / name
+    if version is not None and (model_root / str(version)).exists():
+        raise FileExistsError(
+            f"Version {version} of {name!r} already exists at {model_root / str(version)}; versions are never "
+            f"overwritten. Choose another version, or none to export as version {next_version(model_root)}."
+        )
+    model_root.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=model_root))
+    try:
+        os.chmod(directory, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
+        ops = _save(translator, directory, name, warmup_sentences, verify, check_ops)
+        target = _publish(directory, model_root, version)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    try:
+        base_path = model_config_base_path or f"/models/{name}"
+        config_path = write_model_config(model_root / MODEL_CONFIG_FILE, {name: base_path})
+    except OSError as err:  # the version is published; the example config is optional
+        logging.warning("Could not write the example TF Serving model config: %s", err)
+        config_path = None
+    return ExportResult(
+        path=target,
+        name=name,
+        version=int(target.name),
+        signatures=signature_specs(target),
+        ops=ops,
+        model_config=config_path,
+    )
+
+
+def _publish(directory, model_root, version, attempts=20):
+    """Rename the finished `directory` to its version; another export may take a number first."""
+    for _ in range(attempts):
+        number = version if version is not None else next_version(model_root)
+        target = model_root / str(number)
+        if target.exists():
+            if version is not None:
+                raise FileExistsError(f"Version {version} appeared at {target} during the export; it was not replaced.")
+            continue
+        try:
+            os.rename(directory, target)  # fails if another export created a non-empty `target` meanwhile
+        except OSError:
+            if version is not None or not target.exists():
+                raise
+            continue
+        return target
+    raise RuntimeError(f"Could not find a free version number in {model_root}")

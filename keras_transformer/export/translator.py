@@ -1,0 +1,282 @@
+"""`Translator`: the in-graph text-in, text-out translation module that is exported.
+
+Shape letters: B batch, S source length (padded), T target length, L output buffer length,
+V vocabulary size.
+
+The same `tf.function`s run when Python code calls a `Translator` and when TF Serving
+answers a request to the exported SavedModel, so both give identical results:
+
+* `translate(text)`: tf.string `(B,)` -> `{"translation": tf.string (B,), "score": float32 (B,)}`.
+* `translate_ids(source_ids)`: int32 `(B, S)` -> `{"token_ids": int32 (B, L), "scores": float32 (B,)}`.
+* `score(source, target)`: tf.string `(B,)` twice -> `{"log_probability": float32 (B,)}`.
+
+Input handling, identical in Python and in the SavedModel (see docs/serving.md):
+
+* Text is decoded as UTF-8 with invalid bytes replaced by U+FFFD (tokenizing never fails),
+  and the translations are valid UTF-8.
+* A source is cut to `max_source_length - 1` pieces, then EOS is appended
+  (`decoding.text.encode_source`); `max_source_length` defaults to the model's `max_length`.
+* A source without pieces (empty or whitespace-only text, or ids that are only EOS/PAD)
+  is not decoded: its translation is empty, its token ids all PAD and its score 0.0.
+* `translate_ids` maps ids outside `[0, V)` to UNK, and cuts rows longer than
+  `max_source_length` (their last kept token becomes EOS).
+* `score` cuts targets to `max_output_length - 1` pieces (+ EOS), the longest output
+  `translate` can produce.
+"""
+
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.decoding.beam import beam_search
+from keras_transformer.decoding.text import decode_text, encode_source
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+SOURCE_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
+TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
+
+# Signature name -> the Translator method it serves. `serving_default` is `translate`.
+SIGNATURES = {
+    "serving_default": "translate",
+    "translate": "translate",
+    "translate_ids": "translate_ids",
+    "score": "score",
+}
+
+_REPLACEMENT_CHARACTER = 0xFFFD
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def valid_utf8(text):
+    """tf.string `text` with invalid UTF-8 sequences replaced by U+FFFD (same shape)."""
+    return tf.strings.unicode_transcode(
+        text,
+        input_encoding="UTF-8",
+        output_encoding="UTF-8",
+        errors="replace",
+        replacement_char=_REPLACEMENT_CHARACTER,
+    )
+
+
+def _check_shape(tensor, spec):
+    """`tensor`, checked at run time to have the rank of `spec`.
+
+    A signature of a loaded SavedModel (and TF Serving) does not check the shapes it is
+    fed; an `EnsureShape` op does, and its error names the expected shape (`[?]` for a
+    batch of texts, `[?,?]` for token ids), e.g. "Shape of tensor text [1,2] is not
+    compatible with expected shape [?]."
+    """
+    return tf.ensure_shape(tensor, spec.shape, name=f"check_{spec.name}_shape")
+
+
+class Translator(tf.Module):
+    """Beam-search translation with in-graph SentencePiece, as a `tf.Module` to export.
+
+    Holds the model (so its variables are tracked and saved) and the tokenizer (its
+    SentencePiece model travels inside the graph). Decoding settings are fixed here, at
+    construction; every method is a `tf.function` with an `input_signature`, traced once.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: the run's `data.Tokenizer`. Create it after any
+            `keras.utils.set_random_seed` / `tf.random.set_seed` call (seeding clears
+            TensorFlow's kernel caches, which drops in-graph tokenizer resources).
+        beam_size: K (default: `model.config.beam_size`, 4 in the paper).
+        length_penalty: alpha of the GNMT length penalty (default: the config's, 0.6).
+        max_output_offset: a sentence produces at most `source length + offset` tokens
+            (default: the config's, 50).
+        max_output_length: the static output buffer length L, the width of `token_ids`
+            (default: `max_source_length + max_output_offset`, so the offset alone
+            limits the output; for learned positions at most `model.config.max_length`).
+        max_source_length: sources are cut to this many tokens, EOS included (default and
+            maximum: `model.config.max_length`).
+        name: module name.
+
+    Example:
+
+    >>> from keras_transformer.training import load_run
+    >>> model, tokenizer, config = load_run("runs/builtin_tiny")  # doctest: +SKIP
+    >>> translator = Translator(model, tokenizer, beam_size=4)  # doctest: +SKIP
+    >>> translator.translate(["twenty one"])["translation"]  # doctest: +SKIP
+    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'einundzwanzig'], dtype=object)>
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        beam_size=None,
+        length_penalty=None,
+        max_output_offset=None,
+        max_output_length=None,
+        max_source_length=None,
+        name="translator",
+    ):
+        super().__init__(name=name)
+        config = model.config
+        beam_size = config.beam_size if beam_size is None else beam_size
+        length_penalty = config.length_penalty if length_penalty is None else length_penalty
+        max_output_offset = config.max_output_offset if max_output_offset is None else max_output_offset
+        _positive_int("beam_size", beam_size)
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not length_penalty >= 0:
+            raise ValueError(f"length_penalty must be a number >= 0. Received: length_penalty={length_penalty!r}")
+        if isinstance(max_output_offset, bool) or not isinstance(max_output_offset, int) or max_output_offset < 0:
+            raise ValueError(
+                f"max_output_offset must be an integer >= 0. Received: max_output_offset={max_output_offset!r}"
+            )
+        if max_source_length is None:
+            max_source_length = config.max_length
+        _positive_int("max_source_length", max_source_length)
+        if max_source_length > config.max_length:
+            raise ValueError(
+                "max_source_length exceeds the model's max_length. "
+                f"Received: max_source_length={max_source_length}, model.config.max_length={config.max_length}"
+            )
+        position_limit = config.max_length if config.positional == "learned" else None
+        if max_output_length is None:
+            max_output_length = max_source_length + max_output_offset
+            if position_limit is not None:
+                max_output_length = min(max_output_length, position_limit)
+        _positive_int("max_output_length", max_output_length)
+        if position_limit is not None and max_output_length > position_limit:
+            raise ValueError(
+                "max_output_length exceeds the positions of the model's learned position embedding. "
+                f"Received: max_output_length={max_output_length}, model.config.max_length={position_limit}"
+            )
+        if tokenizer.vocabulary_size != config.vocabulary_size:
+            raise ValueError(
+                "The tokenizer and the model have different vocabularies. "
+                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
+                f"model.config.vocabulary_size={config.vocabulary_size}"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = beam_size
+        self.length_penalty = float(length_penalty)
+        self.max_output_offset = max_output_offset
+        self.max_output_length = max_output_length
+        self.max_source_length = max_source_length
+        self.vocabulary_size = config.vocabulary_size
+
+    @classmethod
+    def from_run(cls, model_dir, checkpoint=None, average_last=None, **settings):
+        """A `Translator` for a run directory written by `experiments/train.py`.
+
+        Args:
+            model_dir: the run directory (`config.json`, `spm.model`, `checkpoints/`).
+            checkpoint: a checkpoint prefix (default: the latest).
+            average_last: instead, average the last this many checkpoints.
+            **settings: the decoding settings of the constructor (`beam_size`, ...).
+        """
+        from keras_transformer.training.run import load_run
+
+        model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
+        return cls(model, tokenizer, **settings)
+
+    @property
+    def settings(self):
+        """The decoding settings fixed in the graph, as a dict."""
+        return {
+            "beam_size": self.beam_size,
+            "length_penalty": self.length_penalty,
+            "max_output_offset": self.max_output_offset,
+            "max_output_length": self.max_output_length,
+            "max_source_length": self.max_source_length,
+        }
+
+    # --- the exported functions ---
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def translate(self, text):
+        """Translate a batch of texts: tf.string `(B,)` -> `{"translation", "score"}`, both `(B,)`.
+
+        `score` is the beam score log P(Y | X) / lp(|Y|) of the translation.
+        """
+        text = _check_shape(text, TEXT_SPEC)
+        token_ids, scores = self._search(self.encode(text))  # (B, L), (B,)
+        return {"translation": self.decode(token_ids), "score": scores}
+
+    @tf.function(input_signature=[SOURCE_IDS_SPEC])
+    def translate_ids(self, source_ids):
+        """Translate token ids: int32 `(B, S)` (pieces, EOS, PAD=0) -> `{"token_ids" (B, L), "scores" (B,)}`."""
+        source_ids = _check_shape(source_ids, SOURCE_IDS_SPEC)
+        token_ids, scores = self._search(self._clean_ids(source_ids))
+        return {"token_ids": token_ids, "scores": scores}
+
+    @tf.function(input_signature=[SOURCE_SPEC, TARGET_SPEC])
+    def score(self, source, target):
+        """Log-probability of each target given its source (forced decoding).
+
+        The sum of the natural-log probabilities of the target's pieces and of EOS,
+        teacher-forced through `model.decode`, without length penalty.
+
+        Returns:
+            `{"log_probability": float32 (B,)}`.
+        """
+        source = _check_shape(source, SOURCE_SPEC)
+        target = _check_shape(target, TARGET_SPEC)
+        tf.debugging.assert_equal(
+            tf.shape(source)[0],
+            tf.shape(target)[0],
+            message="score: `source` and `target` must hold the same number of texts",
+        )
+        source_ids = self.encode(source)  # (B, S)
+        pieces = self.tokenizer.tokenize(valid_utf8(target))[:, : self.max_output_length - 1]  # ragged (B, None)
+        pieces = tf.cast(pieces, tf.int32)
+        batch_size = pieces.nrows()
+        bos = tf.fill([batch_size, 1], BOS_ID)
+        eos = tf.fill([batch_size, 1], EOS_ID)
+        target_in = tf.concat([bos, pieces], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
+        target_out = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
+        encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
+        logits = self.model.decode(target_in, encoder_outputs, source_mask)  # (B, T, V)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        token_log_probs = tf.gather(log_probs, target_out, batch_dims=2)  # (B, T)
+        weights = tf.cast(tf.not_equal(target_out, PAD_ID), tf.float32)
+        return {"log_probability": tf.reduce_sum(token_log_probs * weights, axis=1)}
+
+    # --- building blocks, also usable eagerly ---
+
+    def encode(self, text):
+        """Source ids of texts: tf.string `(B,)` -> int32 `(B, S)`, S <= max_source_length."""
+        return encode_source(self.tokenizer, valid_utf8(text), self.max_source_length)
+
+    def decode(self, token_ids):
+        """Valid UTF-8 text of output ids `(B, L)`, cut at the first EOS: tf.string `(B,)`."""
+        return valid_utf8(decode_text(self.tokenizer, token_ids))
+
+    def _clean_ids(self, source_ids):
+        """Ids outside the vocabulary -> UNK; rows longer than max_source_length cut, EOS last."""
+        in_vocabulary = (source_ids >= 0) & (source_ids < self.vocabulary_size)
+        source_ids = tf.where(in_vocabulary, source_ids, UNK_ID)
+        limit = self.max_source_length
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)  # (B,)
+        source_ids = source_ids[:, :limit]  # (B, S <= limit)
+        last = tf.equal(tf.range(tf.shape(source_ids)[1]), limit - 1)[None, :]  # (1, S)
+        return tf.where(last & (lengths > limit)[:, None], EOS_ID, source_ids)
+
+    def _search(self, source_ids):
+        """Beam search over the rows that hold pieces; the others get PAD ids and score 0.
+
+        Returns:
+            `(token_ids int32 (B, L), scores float32 (B,))`.
+        """
+        has_pieces = tf.reduce_any(tf.not_equal(source_ids, PAD_ID) & tf.not_equal(source_ids, EOS_ID), axis=1)  # (B,)
+        rows = tf.where(has_pieces)  # (N, 1) int64
+        token_ids, scores = beam_search(
+            self.model,
+            tf.gather_nd(source_ids, rows),  # (N, S)
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            max_output_offset=self.max_output_offset,
+            max_length=self.max_output_length,
+        )  # (N, 1, L), (N, 1)
+        batch_size = tf.shape(source_ids, out_type=tf.int64)[0]
+        token_ids = tf.scatter_nd(rows, token_ids[:, 0], tf.stack([batch_size, self.max_output_length]))
+        scores = tf.scatter_nd(rows, scores[:, 0], batch_size[None])
+        return token_ids, scores

@@ -1,0 +1,518 @@
+"""The SavedModel export: script, layout, signatures in a clean process, bad input, atomicity, ops.
+
+Three real processes besides pytest, each run once per module:
+
+* `experiments/export.py` on the `trained_run` fixture writes `saved_models/numbers/1`
+  (the export every other test reads);
+* ONE clean process loads it with TensorFlow alone (Keras and keras_transformer cannot be
+  imported there; TensorFlow Text's SentencePiece kernels are loaded as TF Serving links
+  them), calls every signature on the normal and the bad inputs, and writes the results
+  to a JSON file that the tests below compare with in-library decoding;
+* `saved_model_cli show --all` lists the signatures.
+
+The op allowlist check starts one more (TensorFlow-only) process to read the op registry.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data.builtin_task import builtin_task
+from keras_transformer.decoding import make_search_fn
+from keras_transformer.decoding.text import decode_text, encode_source, translate
+from keras_transformer.export import (
+    Translator,
+    assert_servable_ops,
+    check_saved_model_ops,
+    export_saved_model,
+    list_versions,
+    read_warmup_requests,
+    serving,
+)
+from keras_transformer.export.ops_check import TENSORFLOW_ONLY_PRELUDE
+from keras_transformer.training import load_run
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "numbers"
+BEAM = dict(beam_size=4, length_penalty=0.6, max_output_offset=50)
+SCORE_TOLERANCE = 1e-4
+
+SENTENCES = [text for text, _ in builtin_task("test")[:5]] + ["one", "Zwölf Äpfel, bitte!"]
+LONG_TEXT = ("nine hundred ninety nine thousand " * 300)[:10_000]
+INVALID_UTF8 = b"seven \xff\xfe hundred \xc3"
+# The bad inputs, alone and in one batch of very different lengths.
+ODD_INPUTS = [b"", b"   \t ", LONG_TEXT.encode(), INVALID_UTF8, b"one", SENTENCES[0].encode()]
+
+
+def _env():
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+
+
+def _b64(strings):
+    return [base64.b64encode(s).decode("ascii") for s in strings]
+
+
+def _unb64(strings):
+    return [base64.b64decode(s) for s in strings]
+
+
+# --- the export, made by the script ---
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    """`experiments/export.py` run once: (stdout, version directory)."""
+    export_dir = tmp_path_factory.mktemp("saved_models")
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "experiments" / "export.py"),
+            f"--model_dir={trained_run}",
+            f"--export_dir={export_dir}",
+            f"--name={NAME}",
+            "--beam_size=4",
+            "--length_penalty=0.6",
+            "--max_output_offset=50",
+            "--warmup_sentences=twenty one",
+            "--warmup_sentences=",
+            f"--warmup_sentences={SENTENCES[1]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+        env=_env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result.stdout, export_dir / NAME / "1"
+
+
+def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
+    stdout, version_dir = exported
+    assert f"Exported {version_dir}" in stdout
+    assert "serving_default(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
+    assert "translate(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
+    assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, 98]" in stdout
+    assert "score(source: string [None], target: string [None]) -> log_probability: float32 [None]" in stdout
+    assert "Sample (loaded export): 'twenty one' -> '" in stdout
+    assert "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48" in stdout
+
+
+def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    _, version_dir = exported
+    model_root = version_dir.parent
+    assert sorted(entry.name for entry in model_root.iterdir()) == ["1", "models.config"]  # no .tmp-* left
+    assert (version_dir / "saved_model.pb").is_file() and (version_dir / "variables" / "variables.index").is_file()
+    # The SentencePiece model is an asset of the SavedModel.
+    assert (version_dir / "assets" / "spm.model").read_bytes() == (Path(trained_run) / "spm.model").read_bytes()
+    # Warmup: PredictionLog records for every signature, parsed back from the TFRecord file.
+    logs = read_warmup_requests(version_dir)
+    requests = [log.predict_log.request for log in logs]
+    assert [r.model_spec.signature_name for r in requests] == [
+        "serving_default", "serving_default", "translate", "translate_ids", "score"
+    ]
+    assert all(r.model_spec.name == NAME for r in requests)
+    assert tf.make_ndarray(requests[1].inputs["text"]).tolist() == [b"twenty one", b"", SENTENCES[1].encode()]
+    assert tf.make_ndarray(requests[3].inputs["source_ids"]).dtype == np.int32
+    # An example TF Serving model config beside the versions.
+    config = text_format.Parse((model_root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
+    (entry,) = config.model_config_list.config
+    assert (entry.name, entry.base_path, entry.model_platform) == (NAME, f"/models/{NAME}", "tensorflow")
+    info = json.loads((version_dir / "assets.extra" / "export_info.json").read_text())
+    assert info["settings"]["max_output_length"] == 98 and info["vocabulary_size"] == 128
+
+
+def test_saved_model_cli_lists_the_signatures(exported):
+    _, version_dir = exported
+    cli = Path(sys.executable).parent / "saved_model_cli"
+    result = subprocess.run(
+        [str(cli), "show", "--all", "--dir", str(version_dir)], capture_output=True, text=True, timeout=600, env=_env()
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("serving_default", "translate", "translate_ids", "score"):
+        assert f"signature_def['{name}']" in result.stdout
+    for tensor in ("inputs['text']", "inputs['source_ids']", "inputs['source']", "inputs['target']",
+                   "outputs['translation']", "outputs['score']", "outputs['token_ids']", "outputs['scores']",
+                   "outputs['log_probability']"):
+        assert tensor in result.stdout
+
+
+# --- the op allowlist ---
+
+
+def test_every_op_is_core_tensorflow_or_sentencepiece(exported):
+    _, version_dir = exported
+    report = check_saved_model_ops(version_dir)
+    print(report.summary())
+    assert report.ok, report.summary()
+    groups = report.by_origin()
+    assert set(groups) == {"tensorflow", "tensorflow_text"}
+    assert set(groups["tensorflow_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
+    assert {"While", "TopKV2", "UnicodeTranscode", "EnsureShape", "ScatterNd"} <= set(groups["tensorflow"])
+
+
+def test_ops_check_flags_python_and_custom_ops(tmp_path):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    class PythonOp(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def __call__(self, x):
+            return tf.py_function(lambda v: v * 2, [x], tf.float32)
+
+    directory = tmp_path / "python_op"
+    tf.saved_model.save(PythonOp(), str(directory))
+    # Turn one node into an op that no library registers, as a custom op would appear.
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((directory / "saved_model.pb").read_bytes())
+    library = proto.meta_graphs[0].graph_def.library
+    function = next(f for f in library.function if any(node.op == "EagerPyFunc" for node in f.node_def))
+    next(node for node in function.node_def if node.op != "EagerPyFunc").op = "MyCustomOp"
+    # And one node of the main graph into an XLA-only op (what `ops.slice_update` emits).
+    next(node for node in proto.meta_graphs[0].graph_def.node if node.op == "Const").op = "XlaDynamicUpdateSlice"
+    (directory / "saved_model.pb").write_bytes(proto.SerializeToString())
+
+    report = check_saved_model_ops(directory)
+    assert not report.ok
+    assert report.origins["EagerPyFunc"] == "python"
+    assert report.origins["MyCustomOp"] == "unregistered"
+    assert report.origins["XlaDynamicUpdateSlice"] == "xla"
+    assert report.origins["Identity"] == "tensorflow"
+    assert report.disallowed == ["EagerPyFunc", "MyCustomOp", "XlaDynamicUpdateSlice"]
+    expected = "EagerPyFunc \\(python\\), MyCustomOp \\(unregistered\\), XlaDynamicUpdateSlice \\(xla\\)"
+    with pytest.raises(ValueError, match=expected):
+        assert_servable_ops(directory)
+
+
+# --- in-library references ---
+
+
+@pytest.fixture(scope="module")
+def run_objects(trained_run):
+    return load_run(trained_run)
+
+
+@pytest.fixture(scope="module")
+def translator(run_objects):
+    model, tokenizer, _ = run_objects
+    return Translator(model, tokenizer, **BEAM)
+
+
+def _log_probability(model, tokenizer, source, target):
+    """log P(target pieces + EOS | source), computed here step by step with NumPy."""
+    source_ids = encode_source(tokenizer, [source], 48)
+    pieces = tokenizer.tokenize([target]).to_list()[0]
+    target_in = np.array([[2] + pieces], np.int32)
+    encoder_outputs, mask = model.encode(source_ids)
+    logits = np.asarray(model.decode(target_in, encoder_outputs, mask))[0].astype(np.float64)  # (T, V)
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return float(sum(log_probs[t, token] for t, token in enumerate(pieces + [3])))
+
+
+@pytest.fixture(scope="module")
+def reference(run_objects):
+    """What in-library decoding gives for the test inputs (same settings as the export)."""
+    model, tokenizer, _ = run_objects
+    texts, scores = translate(model, tokenizer, SENTENCES, "beam", max_length=98, **BEAM)
+    source_ids = encode_source(tokenizer, SENTENCES, 48)
+    outputs = make_search_fn(model, "beam", max_length=98, **BEAM)(source_ids)
+    token_ids = outputs["token_ids"].numpy()[:, 0]
+    assert [t.decode() for t in decode_text(tokenizer, token_ids).numpy()] == texts
+    long_ids = encode_source(tokenizer, [LONG_TEXT], 48).numpy()
+    long_text, _ = translate(model, tokenizer, [LONG_TEXT], "beam", max_length=98, **BEAM)
+    return {
+        "texts": texts,
+        "scores": scores,
+        "source_ids": source_ids.numpy(),
+        "token_ids": token_ids,
+        "search_scores": outputs["scores"].numpy()[:, 0],
+        "log_probabilities": [_log_probability(model, tokenizer, s, t) for s, t in zip(SENTENCES, texts)],
+        "long_ids": long_ids,
+        "long_text": long_text[0],
+        "pieces": [tokenizer.tokenize([t]).to_list()[0] for t in texts],
+    }
+
+
+# --- ONE clean process for every check of the loaded export ---
+
+SERVE_SCRIPT = TENSORFLOW_ONLY_PRELUDE + r'''
+import base64
+import json
+
+import tensorflow as tf
+
+from tensorflow.python.framework import op_def_registry
+
+core_only = {name: op_def_registry.get(name) is not None for name in ("SentencepieceOp", "ReadVariableOp")}
+load_sentencepiece_ops()
+
+case = json.loads(open(sys.argv[1]).read())
+unb64 = lambda items: [base64.b64decode(item) for item in items]
+b64 = lambda array: [base64.b64encode(item).decode("ascii") for item in array.tolist()]
+loaded = tf.saved_model.load(case["export"])
+sig = loaded.signatures
+out = {"core_only": core_only}
+
+
+def run_text(name, texts):
+    result = sig[name](text=tf.constant(texts, tf.string))
+    return {"translation": b64(result["translation"].numpy()), "score": result["score"].numpy().tolist(),
+            "shapes": [result["translation"].shape.as_list(), result["score"].shape.as_list()]}
+
+
+def error_of(call):
+    try:
+        call()
+    except Exception as err:  # the type and message are what the tests check
+        return {"type": type(err).__name__, "message": str(err)}
+    return None
+
+
+sentences = unb64(case["sentences"])
+out["translate"] = run_text("translate", sentences)
+out["serving_default"] = run_text("serving_default", sentences)
+ids = sig["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
+out["translate_ids"] = {"token_ids": ids["token_ids"].numpy().tolist(), "scores": ids["scores"].numpy().tolist()}
+scored = sig["score"](source=tf.constant(sentences), target=tf.constant(unb64(case["targets"])))
+out["score"] = scored["log_probability"].numpy().tolist()
+
+odd = unb64(case["odd"])
+out["odd_batch"] = run_text("translate", odd)
+out["odd_alone"] = [run_text("translate", [text]) for text in odd]
+out["replaced"] = run_text("translate", [case["replaced"]])
+long_ids = sig["translate_ids"](source_ids=tf.constant(case["long_ids"], tf.int32))
+out["long_ids"] = long_ids["token_ids"].numpy().tolist()
+dirty = sig["translate_ids"](source_ids=tf.constant(case["dirty_ids"], tf.int32))
+clean = sig["translate_ids"](source_ids=tf.constant(case["clean_ids"], tf.int32))
+out["dirty_ids"] = [dirty["token_ids"].numpy().tolist(), clean["token_ids"].numpy().tolist()]
+
+empty_text = tf.zeros([0], tf.string)
+empty_ids = sig["translate_ids"](source_ids=tf.zeros([0, 0], tf.int32))
+out["empty_batch"] = {
+    "translate": run_text("translate", empty_text)["shapes"],
+    "translate_ids": [value.shape.as_list() for _, value in sorted(empty_ids.items())],
+    "score": sig["score"](source=empty_text, target=empty_text)["log_probability"].shape.as_list(),
+}
+empty_score = sig["score"](source=tf.constant(["", "one"]), target=tf.constant(["", ""]))
+out["empty_score"] = empty_score["log_probability"].numpy().tolist()
+
+out["errors"] = {
+    "signature_int_text": error_of(lambda: sig["translate"](text=tf.constant([1, 2]))),
+    "signature_rank2_text": error_of(lambda: sig["translate"](text=tf.constant([["one", "two"]]))),
+    "signature_scalar_text": error_of(lambda: sig["serving_default"](text=tf.constant("one"))),
+    "signature_float_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([[5.0, 3.0]]))),
+    "signature_rank1_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([5, 3]))),
+    "signature_missing_input": error_of(lambda: sig["translate"](txt=tf.constant(["one"]))),
+    "score_batch_mismatch": error_of(lambda: sig["score"](source=tf.constant(["one", "two"]), target=tf.constant(["eins"]))),
+    "function_int_text": error_of(lambda: loaded.translate(tf.constant([1, 2]))),
+    "function_rank2_text": error_of(lambda: loaded.translate(tf.constant([["one", "two"]]))),
+    "function_float_ids": error_of(lambda: loaded.translate_ids(tf.constant([[5.0, 3.0]]))),
+}
+out["after_errors"] = run_text("translate", sentences)
+out["function_translate"] = {"score": loaded.translate(tf.constant(sentences))["score"].numpy().tolist()}
+out["asset_path"] = loaded.tokenizer_model.asset_path.numpy().decode()
+out["modules"] = sorted({name.split(".")[0] for name in sys.modules})
+json.dump(out, open(sys.argv[2], "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def served(exported, reference, run_objects, tmp_path_factory):
+    _, version_dir = exported
+    _, tokenizer, _ = run_objects
+    directory = tmp_path_factory.mktemp("served")
+    long_row = np.arange(60, dtype=np.int32) % 100 + 4  # 60 pieces: longer than max_source_length
+    case = {
+        "export": str(version_dir),
+        "sentences": _b64([s.encode() for s in SENTENCES]),
+        "targets": _b64([t.encode() for t in reference["texts"]]),
+        "source_ids": reference["source_ids"].tolist(),
+        "odd": _b64(ODD_INPUTS),
+        "replaced": INVALID_UTF8.decode("utf-8", errors="replace"),
+        "long_ids": reference["long_ids"].tolist(),
+        "dirty_ids": [[5, 999, -7, 3] + [0] * 57, list(map(int, long_row)) + [3]],
+        "clean_ids": [[5, 1, 1, 3] + [0] * 44, list(map(int, long_row[:47])) + [3]],
+    }
+    (directory / "case.json").write_text(json.dumps(case))
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE_SCRIPT, str(directory / "case.json"), str(directory / "out.json")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    return json.loads((directory / "out.json").read_text())
+
+
+def _texts(encoded):
+    return [text.decode("utf-8") for text in _unb64(encoded)]  # strict: outputs are valid UTF-8
+
+
+def test_clean_process_imports_only_tensorflow(served):
+    assert served["core_only"] == {"SentencepieceOp": False, "ReadVariableOp": True}
+    for module in ("keras", "keras_transformer", "tf_keras", "tensorflow_text"):
+        assert module not in served["modules"]
+    assert served["asset_path"].endswith("assets/spm.model")
+
+
+def test_translate_matches_in_library_decoding(served, reference):
+    for name in ("translate", "serving_default"):
+        assert _texts(served[name]["translation"]) == reference["texts"]
+        np.testing.assert_allclose(served[name]["score"], reference["scores"], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(served["function_translate"]["score"], reference["scores"], atol=SCORE_TOLERANCE)
+
+
+def test_translate_ids_matches_in_library_search(served, reference):
+    np.testing.assert_array_equal(served["translate_ids"]["token_ids"], reference["token_ids"])
+    np.testing.assert_allclose(served["translate_ids"]["scores"], reference["search_scores"], atol=SCORE_TOLERANCE)
+
+
+def test_score_is_the_forced_decoding_log_probability(served, reference):
+    np.testing.assert_allclose(served["score"], reference["log_probabilities"], atol=SCORE_TOLERANCE)
+    # Where a translation re-tokenizes to its own ids, its beam score is log P / lp(|Y|)
+    # (the cached search and the full decoder pass round differently: a looser tolerance).
+    checked = 0
+    for index, pieces in enumerate(reference["pieces"]):
+        ids = [int(i) for i in reference["token_ids"][index] if i != 0]
+        if pieces + [3] == ids:
+            penalty = ((5.0 + len(ids)) / 6.0) ** 0.6
+            assert served["score"][index] / penalty == pytest.approx(reference["scores"][index], abs=1e-3)
+            checked += 1
+    assert checked > 0
+
+
+def test_empty_and_whitespace_inputs_give_empty_translations(served):
+    for index in (0, 1):  # "" and whitespace only
+        assert _texts(served["odd_alone"][index]["translation"]) == [""]
+        assert served["odd_alone"][index]["score"] == [0.0]
+    assert len(served["empty_score"]) == 2 and all(np.isfinite(served["empty_score"]))
+
+
+def test_long_input_is_truncated_to_the_max_source_length(served, reference, run_objects):
+    _, tokenizer, _ = run_objects
+    assert len(LONG_TEXT) == 10_000 and reference["long_ids"].shape == (1, 48)  # 47 pieces + EOS
+    (long_translation,) = _texts(served["odd_alone"][2]["translation"])
+    assert long_translation == reference["long_text"]
+    # translate(text) == translate_ids(text's first 47 pieces + EOS), detokenized.
+    assert decode_text(tokenizer, np.array(served["long_ids"], np.int32)).numpy()[0].decode() == long_translation
+
+
+def test_invalid_utf8_is_replaced_and_the_output_is_valid(served):
+    (translation,) = _texts(served["odd_alone"][3]["translation"])  # strict UTF-8 decoding
+    assert translation == _texts(served["replaced"]["translation"])[0]
+    assert served["odd_alone"][3]["score"] == pytest.approx(served["replaced"]["score"], abs=SCORE_TOLERANCE)
+
+
+def test_batch_of_very_different_lengths_equals_one_at_a_time(served):
+    batch = served["odd_batch"]
+    assert batch["shapes"] == [[len(ODD_INPUTS)], [len(ODD_INPUTS)]]
+    alone = served["odd_alone"]
+    assert _texts(batch["translation"]) == [_texts(one["translation"])[0] for one in alone]
+    np.testing.assert_allclose(batch["score"], [one["score"][0] for one in alone], atol=SCORE_TOLERANCE)
+
+
+def test_token_ids_out_of_vocabulary_become_unk_and_long_rows_are_cut(served):
+    dirty, clean = served["dirty_ids"]
+    assert dirty == clean
+
+
+def test_empty_batch_gives_empty_outputs(served):
+    assert served["empty_batch"]["translate"] == [[0], [0]]
+    assert served["empty_batch"]["translate_ids"] == [[0], [0, 98]]  # scores, token_ids
+    assert served["empty_batch"]["score"] == [0]
+
+
+def test_wrong_dtype_or_rank_is_a_clear_error_and_the_model_keeps_working(served, reference):
+    errors = served["errors"]
+    spec = "TensorSpec(shape=(None,), dtype=tf.string, name='text')"
+    # The tf.functions of the loaded object check the spec before running.
+    assert errors["function_int_text"]["type"] == "TypeError" and spec in errors["function_int_text"]["message"]
+    assert errors["function_rank2_text"]["type"] == "TypeError" and spec in errors["function_rank2_text"]["message"]
+    assert "TensorSpec(shape=(None, None), dtype=tf.int32, name='source_ids')" in errors["function_float_ids"]["message"]
+    # The signatures (what TF Serving runs) answer with InvalidArgument errors naming what was expected.
+    assert errors["signature_int_text"]["type"] == "InvalidArgumentError"
+    assert "expected to be a string tensor but is a int32 tensor" in errors["signature_int_text"]["message"]
+    assert "expected to be a int32 tensor but is a float tensor" in errors["signature_float_ids"]["message"]
+    assert "is not compatible with expected shape [?]" in errors["signature_rank2_text"]["message"]
+    assert "is not compatible with expected shape [?]" in errors["signature_scalar_text"]["message"]
+    assert "is not compatible with expected shape [?,?]" in errors["signature_rank1_ids"]["message"]
+    missing = errors["signature_missing_input"]
+    assert missing["type"] == "TypeError" and "text" in missing["message"]
+    assert "`source` and `target` must hold the same number of texts" in errors["score_batch_mismatch"]["message"]
+    assert _texts(served["after_errors"]["translation"]) == reference["texts"]
+
+
+# --- atomic, versioned export (in this process) ---
+
+
+def test_bad_settings_are_refused_before_anything_is_written(run_objects, translator, tmp_path):
+    model, tokenizer, _ = run_objects
+    with pytest.raises(ValueError, match="beam_size must be a positive integer"):
+        Translator(model, tokenizer, beam_size=0)
+    with pytest.raises(ValueError, match="max_source_length exceeds the model's max_length"):
+        Translator(model, tokenizer, max_source_length=49)
+    with pytest.raises(TypeError, match="warmup sentences must be str or bytes"):
+        export_saved_model(translator, tmp_path, NAME, warmup_sentences=["one", 2])
+    with pytest.raises(ValueError, match="name must be"):
+        export_saved_model(translator, tmp_path, "../elsewhere")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _tree_digest(directory):
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).rglob("*")):
+        digest.update(str(path.relative_to(directory)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_failed_export_leaves_no_partial_version(exported, translator, tmp_path, monkeypatch):
+    _, version_dir = exported
+    model_root = tmp_path / NAME
+    shutil.copytree(version_dir, model_root / "1")
+    before = _tree_digest(model_root / "1")
+    written = []
+
+    def failing_write(directory, logs):  # the disk fills up while the warmup file is written
+        written.append(sorted(entry.name for entry in Path(directory).iterdir()))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(serving.warmup_lib, "write_warmup_requests", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        export_saved_model(translator, tmp_path, NAME, verify=False, check_ops=False)
+    assert written and "saved_model.pb" in written[0]  # it failed midway, after the SavedModel was saved
+    assert sorted(entry.name for entry in model_root.iterdir()) == ["1"]
+    assert _tree_digest(model_root / "1") == before
+
+    monkeypatch.undo()
+    result = export_saved_model(translator, tmp_path, NAME, verify=False, check_ops=False)
+    assert result.version == 2 and result.path == model_root / "2"
+    assert list_versions(model_root) == [1, 2]
+    assert sorted(entry.name for entry in model_root.iterdir()) == ["1", "2", "models.config"]
+    assert (result.path / "assets" / "spm.model").is_file()
+    assert len(read_warmup_requests(result.path)) == 5
+    with pytest.raises(FileExistsError, match="Version 2 of 'numbers' already exists"):
+        export_saved_model(translator, tmp_path, NAME, version=2, verify=False, check_ops=False)
+    assert list_versions(model_root) == [1, 2] and _tree_digest(model_root / "1") == before
+
+
+def test_translator_called_in_python_runs_the_exported_functions(translator, served):
+    outputs = translator.translate(tf.constant(SENTENCES))  # traced already by the exports above
+    assert [t.decode() for t in outputs["translation"].numpy()] == _texts(served["translate"]["translation"])
+    np.testing.assert_allclose(outputs["score"].numpy(), served["translate"]["score"], atol=SCORE_TOLERANCE)
+    odd = translator.translate(tf.constant(ODD_INPUTS))
+    assert [t.decode() for t in odd["translation"].numpy()] == _texts(served["odd_batch"]["translation"])

@@ -1,0 +1,93 @@
+"""Translate text with a trained run: one input line -> one output line.
+
+    echo "twenty one" | python experiments/translate.py --model_dir=runs/builtin_tiny
+    python experiments/translate.py --model_dir=runs/builtin_tiny --input=src.txt \
+        --output=hyp.txt --method=beam --beam_size=4 --plot_attention=attention/
+
+Lines come from --input (default: stdin) and go to --output (default: stdout), in order;
+blank lines stay blank. Search settings not given come from the run's config (paper:
+beam 4, length penalty 0.6, input length + 50). --plot_attention=DIR writes, for every
+input line i, `line<i>_{encoder,decoder_self,cross}_layer<l>.png` heatmaps (one grid of
+heads per layer and kind).
+"""
+
+import sys
+from pathlib import Path
+
+from absl import app, flags
+
+from keras_transformer.evaluation import Translator, search_options, translate_lines
+
+flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
+flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest).")
+flags.DEFINE_integer("average_last", None, "Average the last this many checkpoints.")
+flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
+flags.DEFINE_string("output", None, "Translation file, one line per input line (default: stdout).")
+flags.DEFINE_enum("method", "beam", ["greedy", "beam", "sample"], "Search method.")
+flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).")
+flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).")
+flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).")
+flags.DEFINE_float("temperature", None, "--method=sample: softmax temperature.")
+flags.DEFINE_integer("top_k", None, "--method=sample: keep the k most probable tokens (0: all).")
+flags.DEFINE_float("top_p", None, "--method=sample: nucleus probability mass (1.0: all).")
+flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).")
+flags.DEFINE_integer("batch_size", 64, "Sentences translated together (grouped by length).")
+flags.DEFINE_bool("scores", False, "Append a tab and the hypothesis score (log-probability) to each line.")
+flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
+
+FLAGS = flags.FLAGS
+
+
+def read_lines(path):
+    if path:
+        text = Path(path).read_text(encoding="utf-8")
+    else:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    return text.splitlines()
+
+
+def main(argv):
+    del argv
+    from keras_transformer.training import load_run
+
+    model, tokenizer, config = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
+    try:
+        options = search_options(
+            config,
+            FLAGS.method,
+            beam_size=FLAGS.beam_size,
+            length_penalty=FLAGS.length_penalty,
+            max_output_offset=FLAGS.max_output_offset,
+            temperature=FLAGS.temperature,
+            top_k=FLAGS.top_k,
+            top_p=FLAGS.top_p,
+            seed=FLAGS.seed,
+        )
+    except ValueError as err:
+        raise app.UsageError(str(err)) from err
+    translator = Translator(model, tokenizer, FLAGS.method, batch_size=FLAGS.batch_size, **options)
+    lines = read_lines(FLAGS.input)
+    translations, scores = translate_lines(translator, lines)
+    if FLAGS.scores:
+        translations = [f"{text}\t{score:.4f}" for text, score in zip(translations, scores)]
+    output = "".join(f"{text}\n" for text in translations)
+    if FLAGS.output:
+        Path(FLAGS.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(FLAGS.output).write_text(output, encoding="utf-8")
+    else:
+        sys.stdout.buffer.write(output.encode("utf-8"))
+        sys.stdout.flush()
+    if FLAGS.plot_attention:
+        from keras_transformer.visualization import attention_maps, plot_attention
+
+        width = len(str(max(len(lines) - 1, 0)))
+        for index, line in enumerate(lines):
+            if not line.strip():
+                continue
+            maps = attention_maps(model, tokenizer, line, translator=translator)
+            plot_attention(maps, FLAGS.plot_attention, prefix=f"line{index:0{width}d}")
+        print(f"Attention heatmaps: {FLAGS.plot_attention}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,51 @@
+"""Evaluation: sacreBLEU BLEU/chrF, evaluating runs and SavedModels, decoding speed.
+
+Example:
+
+>>> from keras_transformer.evaluation import score_corpus
+>>> scores = score_corpus(["the cat sat on the mat"], ["the cat sat on the mat"])
+>>> round(scores.bleu, 2), round(scores.chrf, 2), scores.exact_match
+(100.0, 100.0, 1.0)
+"""
+
+from keras_transformer.evaluation.bleu import TOKENIZERS, CorpusScores, corpus_bleu, corpus_chrf, score_corpus
+from keras_transformer.evaluation.evaluate import (
+    EvaluationResult,
+    default_tokenize,
+    evaluate_run,
+    evaluate_saved_model,
+    evaluate_translator,
+    write_lines,
+)
+from keras_transformer.evaluation.speed import DecodingSpeed, benchmark_decoding, format_speed_table
+from keras_transformer.evaluation.translator import (
+    SEARCH_OPTIONS,
+    SavedModelTranslator,
+    Translator,
+    search_options,
+    translate_in_batches,
+    translate_lines,
+)
+
+__all__ = [
+    "SEARCH_OPTIONS",
+    "TOKENIZERS",
+    "CorpusScores",
+    "DecodingSpeed",
+    "EvaluationResult",
+    "SavedModelTranslator",
+    "Translator",
+    "benchmark_decoding",
+    "corpus_bleu",
+    "corpus_chrf",
+    "default_tokenize",
+    "evaluate_run",
+    "evaluate_saved_model",
+    "evaluate_translator",
+    "format_speed_table",
+    "score_corpus",
+    "search_options",
+    "translate_in_batches",
+    "translate_lines",
+    "write_lines",
+]

@@ -1,0 +1,150 @@
+"""Decoding speed: cached versus recompute-the-prefix search on the same model and inputs.
+
+Every configuration (search method x decoder step) decodes the same batches of source ids
+with a `decoding.make_search_fn` function traced once beforehand (the warm-up call is not
+timed), and reports sentences and output tokens per second.
+"""
+
+import dataclasses
+import time
+
+import numpy as np
+
+from keras_transformer.decoding.lengths import PAD_ID
+from keras_transformer.decoding.searcher import make_search_fn
+from keras_transformer.decoding.text import encode_source
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingSpeed:
+    """The speed of one search configuration.
+
+    Attributes:
+        name: e.g. "greedy" or "beam4".
+        use_cache: cached decoder step (True) or recomputed prefix (False).
+        sentences: sentences decoded (per repeat).
+        tokens: output tokens of the best hypotheses (EOS included, per repeat).
+        seconds: wall time of the timed decoding (the mean over repeats).
+        warmup_seconds: the untimed first call (tracing and graph optimization).
+        outputs: the best hypotheses' token ids, one array per sentence (for comparing
+            configurations).
+    """
+
+    name: str
+    use_cache: bool
+    sentences: int
+    tokens: int
+    seconds: float
+    warmup_seconds: float
+    outputs: list = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def sentences_per_second(self):
+        return self.sentences / self.seconds
+
+    @property
+    def tokens_per_second(self):
+        return self.tokens / self.seconds
+
+
+def source_batches(tokenizer, texts, batch_size, max_source_length):
+    """Length-sorted batches of source ids: a list of int32 arrays `(B, S)`."""
+    texts = sorted(texts, key=len, reverse=True)
+    return [
+        encode_source(tokenizer, texts[start : start + batch_size], max_source_length).numpy()
+        for start in range(0, len(texts), batch_size)
+    ]
+
+
+def _best(token_ids):
+    token_ids = np.asarray(token_ids)
+    return token_ids[:, 0] if token_ids.ndim == 3 else token_ids  # (B, L)
+
+
+def time_search(model, batches, method, use_cache, name=None, repeats=1, **options):
+    """Decode every batch with one search configuration; returns a `DecodingSpeed`."""
+    search_fn = make_search_fn(model, method, use_cache=use_cache, **options)
+    start = time.perf_counter()
+    search_fn(batches[0])["token_ids"].numpy()  # trace and warm up
+    warmup = time.perf_counter() - start
+    outputs = []
+    start = time.perf_counter()
+    for repeat in range(repeats):
+        for source_ids in batches:
+            token_ids = _best(search_fn(source_ids)["token_ids"].numpy())
+            if repeat == 0:
+                outputs.extend(row[row != PAD_ID] for row in token_ids)
+    seconds = (time.perf_counter() - start) / repeats
+    tokens = int(sum(len(row) for row in outputs))
+    return DecodingSpeed(name or method, use_cache, len(outputs), tokens, seconds, warmup, outputs)
+
+
+def benchmark_decoding(
+    model, tokenizer, texts, beam_size=4, batch_size=32, repeats=1, methods=("greedy", "beam"), **options
+):
+    """Time greedy and beam search, each with the cached and the recomputing decoder step.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: its tokenizer.
+        texts: source sentences (the same for every configuration).
+        beam_size: beam width of "beam".
+        batch_size: sentences per search call.
+        repeats: decode the inputs this many times per configuration (mean time).
+        methods: among "greedy" and "beam".
+        **options: further search options (`max_output_offset`, `length_penalty`, ...).
+
+    Returns:
+        a list of `DecodingSpeed`: for each method, cached then recompute.
+    """
+    unknown = sorted(set(methods) - {"greedy", "beam"})
+    if unknown:
+        raise ValueError(f"methods must be among 'greedy' and 'beam'. Received: {', '.join(unknown)}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError("No sentences to decode")
+    batches = source_batches(tokenizer, texts, batch_size, model.config.max_length)
+    results = []
+    for method in methods:
+        method_options = dict(options)
+        name = method
+        if method == "beam":
+            method_options["beam_size"] = beam_size
+            name = f"beam{beam_size}"
+        else:
+            method_options.pop("length_penalty", None)
+        for use_cache in (True, False):
+            results.append(time_search(model, batches, method, use_cache, name=name, repeats=repeats, **method_options))
+    return results
+
+
+def agreement(first, second):
+    """Fraction of sentences for which two `DecodingSpeed` runs produced the same tokens."""
+    same = sum(np.array_equal(a, b) for a, b in zip(first.outputs, second.outputs))
+    return same / max(len(first.outputs), 1)
+
+
+def format_speed_table(results):
+    """A text table of `benchmark_decoding` results, with the cached/recompute speedups."""
+    header = (
+        f"{'search':<8} {'decoder':<10} {'sentences':>9} {'tokens':>7} {'seconds':>9} {'sent/s':>9} {'tokens/s':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for result in results:
+        decoder = "cached" if result.use_cache else "recompute"
+        lines.append(
+            f"{result.name:<8} {decoder:<10} {result.sentences:>9d} {result.tokens:>7d} {result.seconds:>9.3f} "
+            f"{result.sentences_per_second:>9.2f} {result.tokens_per_second:>9.1f}"
+        )
+    lines.append("")
+    by_name = {}
+    for result in results:
+        by_name.setdefault(result.name, {})[result.use_cache] = result
+    for name, pair in by_name.items():
+        if True in pair and False in pair:
+            cached, recompute = pair[True], pair[False]
+            lines.append(
+                f"{name}: cached/recompute speedup {recompute.seconds / cached.seconds:.1f}x "
+                f"(identical outputs for {100 * agreement(cached, recompute):.0f}% of sentences)"
+            )
+    return "\n".join(lines)

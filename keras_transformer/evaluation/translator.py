@@ -1,0 +1,248 @@
+"""Batched text-to-text translation with a trained model or an exported SavedModel.
+
+Both translators take a list of sentences of any size, translate it in batches of
+`batch_size` sentences grouped by length (so little padding is decoded), and return the
+translations in the input order. A `Translator` traces its search function once
+(`decoding.make_search_fn`, input signature `[None, None]`) and reuses it for every batch.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.decoding.lengths import PAD_ID
+from keras_transformer.decoding.searcher import make_search_fn, options_from_config
+
+SEARCH_OPTIONS = {
+    "greedy": ("max_output_offset", "max_length"),
+    "beam": ("beam_size", "length_penalty", "max_output_offset", "max_length", "num_return"),
+    "sample": ("temperature", "top_k", "top_p", "seed", "max_output_offset", "max_length"),
+}
+"""The search options each method accepts."""
+
+
+def search_options(config, method="beam", **overrides):
+    """The run config's search settings for `method`, updated with the options given.
+
+    Options that are `None` are ignored (so absl flags without a value keep the config's
+    settings); an option the method does not take raises a ValueError.
+
+    Example:
+
+    >>> from keras_transformer import get_preset
+    >>> search_options(get_preset("base"), "beam", beam_size=8, length_penalty=None)
+    {'beam_size': 8, 'length_penalty': 0.6, 'max_output_offset': 50}
+    >>> search_options(get_preset("base"), "sample", top_k=10, beam_size=None)
+    {'max_output_offset': 50, 'top_k': 10}
+    """
+    if method not in SEARCH_OPTIONS:
+        raise ValueError(f"method must be one of {sorted(SEARCH_OPTIONS)}. Received: method={method!r}")
+    given = {name: value for name, value in overrides.items() if value is not None}
+    invalid = sorted(set(given) - set(SEARCH_OPTIONS[method]))
+    if invalid:
+        raise ValueError(
+            f"{', '.join(invalid)} {'does' if len(invalid) == 1 else 'do'} not apply to method={method!r}; "
+            f"it takes {', '.join(SEARCH_OPTIONS[method])}"
+        )
+    options = options_from_config(config, method)
+    options.update(given)
+    return options
+from keras_transformer.decoding.text import decode_text, encode_source
+
+
+def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
+    """Translate `texts` in length-sorted batches, returning results in input order.
+
+    Args:
+        translate_batch: a function of a list of strings returning
+            `(translations, scores)`, two sequences as long as its input.
+        texts: the sentences to translate.
+        batch_size: sentences per call of `translate_batch`.
+        lengths: a sort key per sentence (default: its number of characters). Sentences
+            are translated longest first, so that a batch that does not fit in memory
+            fails at once.
+
+    Returns:
+        `(translations: list[str], scores: list[float])`, aligned with `texts`.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer. Received: batch_size={batch_size!r}")
+    texts = list(texts)
+    if lengths is None:
+        lengths = [len(text) for text in texts]
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    translations = [None] * len(texts)
+    scores = [None] * len(texts)
+    for start in range(0, len(texts), batch_size):
+        indices = order[start : start + batch_size]
+        batch_translations, batch_scores = translate_batch([texts[i] for i in indices])
+        if len(batch_translations) != len(indices) or len(batch_scores) != len(indices):
+            raise ValueError(
+                f"translate_batch returned {len(batch_translations)} translations and {len(batch_scores)} scores "
+                f"for {len(indices)} sentences"
+            )
+        for i, translation, score in zip(indices, batch_translations, batch_scores):
+            translations[i] = translation
+            scores[i] = float(score)
+    return translations, scores
+
+
+def translate_lines(translate, lines):
+    """Translate text lines, keeping blank lines blank (they are not decoded).
+
+    Args:
+        translate: a function of a list of strings returning `(translations, scores)`.
+        lines: the input lines (without line ends).
+
+    Returns:
+        `(translations, scores)` aligned with `lines`; blank lines get "" and score NaN.
+    """
+    lines = list(lines)
+    indices = [i for i, line in enumerate(lines) if line.strip()]
+    translations, scores = [""] * len(lines), [float("nan")] * len(lines)
+    if indices:
+        outputs, output_scores = translate([lines[i] for i in indices])
+        for i, output, score in zip(indices, outputs, output_scores):
+            translations[i], scores[i] = output, score
+    return translations, scores
+
+
+def _as_strings(tensor):
+    return [value.decode("utf-8") for value in np.asarray(tensor).reshape(-1)]
+
+
+class Translator:
+    """Translates sentences with a trained `Transformer` and its tokenizer.
+
+    Args:
+        model: a `Transformer` (e.g. from `training.load_run`).
+        tokenizer: the run's `data.Tokenizer`.
+        method: "greedy", "beam" or "sample".
+        batch_size: sentences decoded together.
+        max_source_length: truncate sources to this many pieces, EOS included (default:
+            the model's `max_length`).
+        use_cache: decode with the key/value cache (True) or recompute the prefix.
+        jit_compile: compile the search with XLA.
+        **options: keyword arguments of the search (`beam_size`, `length_penalty`,
+            `max_output_offset`, `temperature`, `top_k`, `top_p`, `seed`, ...); see
+            `search_options` for the run config's settings.
+
+    Call arguments:
+        texts: a list of source sentences.
+
+    Returns:
+        `(translations: list[str], scores: list[float])` in input order; for beam search
+        the best hypothesis and its length-normalized log-probability.
+
+    Example:
+
+    >>> from keras_transformer.training import load_run  # doctest: +SKIP
+    >>> model, tokenizer, config = load_run("runs/builtin_tiny")  # doctest: +SKIP
+    >>> translator = Translator(model, tokenizer, "beam", beam_size=4)  # doctest: +SKIP
+    >>> translator(["twenty one", "four hundred"])[0]  # doctest: +SKIP
+    ['einundzwanzig', 'vierhundert']
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        method="beam",
+        batch_size=64,
+        max_source_length=None,
+        use_cache=True,
+        jit_compile=False,
+        **options,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.method = method
+        self.batch_size = batch_size
+        self.max_source_length = max_source_length or model.config.max_length
+        self.options = dict(options)
+        self.search_fn = make_search_fn(model, method, use_cache=use_cache, jit_compile=jit_compile, **options)
+
+    def source_ids(self, texts):
+        """int32 `(B, S)` EOS-terminated, PAD-padded source ids of `texts`."""
+        return encode_source(self.tokenizer, list(texts), self.max_source_length)
+
+    def search(self, texts):
+        """The best hypotheses of one batch: `(token_ids (B, L) int32, scores (B,))` tensors.
+
+        Outputs exclude BOS, include EOS when it was produced and hold PAD after it.
+        """
+        outputs = self.search_fn(self.source_ids(texts))
+        token_ids, scores = outputs["token_ids"], outputs["scores"]
+        if token_ids.shape.rank == 3:  # beam: (B, R, L), best first
+            token_ids, scores = token_ids[:, 0], scores[:, 0]
+        return token_ids, scores
+
+    def output_ids(self, texts):
+        """The best output ids of each sentence (one batch), PAD removed: a list of int lists."""
+        token_ids, _ = self.search(texts)
+        return [[int(i) for i in row if i != PAD_ID] for row in token_ids.numpy()]
+
+    def translate_batch(self, texts):
+        """Translate one batch, in one call of the search function."""
+        token_ids, scores = self.search(texts)
+        return _as_strings(decode_text(self.tokenizer, token_ids)), scores.numpy().tolist()
+
+    def __call__(self, texts):
+        texts = list(texts)
+        if not texts:
+            return [], []
+        lengths = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
+        return translate_in_batches(self.translate_batch, texts, self.batch_size, lengths)
+
+
+class SavedModelTranslator:
+    """Translates sentences with an exported text-in/text-out SavedModel.
+
+    The SavedModel is loaded with `tf.saved_model.load`; its signature (default
+    `serving_default`) takes a string batch under the input key `text` and returns
+    `translation` (strings) and `score` (floats). An n-best output `(B, R)` is reduced to
+    its first (best) column.
+
+    Args:
+        export_dir: the SavedModel directory (e.g. `saved_models/transformer/1`).
+        batch_size: sentences per signature call.
+        signature: the signature to call.
+
+    Call arguments:
+        texts: a list of source sentences.
+
+    Returns:
+        `(translations: list[str], scores: list[float])` in input order.
+    """
+
+    def __init__(self, export_dir, batch_size=64, signature="serving_default"):
+        self.export_dir = str(export_dir)
+        self.batch_size = batch_size
+        self.loaded = tf.saved_model.load(self.export_dir)
+        if signature not in self.loaded.signatures:
+            raise ValueError(
+                f"{self.export_dir} has no signature {signature!r}. "
+                f"Its signatures: {', '.join(sorted(self.loaded.signatures)) or 'none'}"
+            )
+        self.signature = self.loaded.signatures[signature]
+        missing = {"text"} - set(self.signature.structured_input_signature[1])
+        if missing:
+            raise ValueError(
+                f"Signature {signature!r} of {self.export_dir} takes no input 'text'. "
+                f"Its inputs: {sorted(self.signature.structured_input_signature[1])}"
+            )
+
+    def translate_batch(self, texts):
+        outputs = self.signature(text=tf.constant(list(texts), tf.string))
+        for key in ("translation", "score"):
+            if key not in outputs:
+                raise ValueError(f"The SavedModel signature returned no {key!r}. Its outputs: {sorted(outputs)}")
+        translations, scores = outputs["translation"], outputs["score"]
+        if translations.shape.rank == 2:  # n-best (B, R)
+            translations, scores = translations[:, 0], scores[:, 0]
+        return _as_strings(translations), np.asarray(scores).reshape(-1).tolist()
+
+    def __call__(self, texts):
+        texts = list(texts)
+        if not texts:
+            return [], []
+        return translate_in_batches(self.translate_batch, texts, self.batch_size)

@@ -1,0 +1,165 @@
+"""Training curves from a run's TensorBoard logs, as a PNG.
+
+`training.Trainer` writes scalars to `<run>/logs/train` (`loss`, `learning_rate`,
+`tokens_per_second`, `padding_fraction`) and `<run>/logs/validation` (`loss`,
+`perplexity`). They are read straight from the event files, without a TensorBoard server.
+"""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Scalars:
+    """One scalar series, sorted by step.
+
+    Attributes:
+        steps: int array `(N,)`.
+        wall_times: float array `(N,)`, seconds since the epoch.
+        values: float array `(N,)`.
+    """
+
+    steps: np.ndarray
+    wall_times: np.ndarray
+    values: np.ndarray
+
+    def __len__(self):
+        return len(self.steps)
+
+
+def _scalar_value(value):
+    import tensorflow as tf
+
+    if value.HasField("tensor"):  # TF2 `tf.summary.scalar`
+        return float(tf.make_ndarray(value.tensor).item())
+    if value.HasField("simple_value"):  # TF1 summaries
+        return float(value.simple_value)
+    return None
+
+
+def _events(path):
+    """The `Event` protos of one event file; stops at a truncated record (a file being written)."""
+    import tensorflow as tf
+
+    iterator = iter(tf.data.TFRecordDataset(str(path)))
+    while True:
+        try:
+            record = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.DataLossError:
+            return
+        yield tf.compat.v1.Event.FromString(record.numpy())
+
+
+def read_scalars(log_dir):
+    """Every scalar in the event files of one TensorBoard log directory.
+
+    Several event files (a resumed run writes a new one) are merged; when a step was
+    logged more than once, the value written last wins.
+
+    Args:
+        log_dir: a directory of `events.out.tfevents.*` files, e.g. `<run>/logs/train`.
+
+    Returns:
+        `{tag: Scalars}`; empty when there is no event file.
+    """
+    records = {}
+    for path in sorted(Path(log_dir).glob("events.out.tfevents.*")):
+        for event in _events(path):
+            for value in event.summary.value:
+                number = _scalar_value(value)
+                if number is not None:
+                    records.setdefault(value.tag, {}).setdefault(int(event.step), []).append((event.wall_time, number))
+    result = {}
+    for tag, by_step in records.items():
+        steps = sorted(by_step)
+        latest = [max(by_step[step]) for step in steps]  # (wall_time, value) written last
+        result[tag] = Scalars(
+            np.array(steps, np.int64),
+            np.array([wall_time for wall_time, _ in latest], np.float64),
+            np.array([number for _, number in latest], np.float64),
+        )
+    return result
+
+
+def read_run_scalars(model_dir):
+    """`{"train": {tag: Scalars}, "validation": {tag: Scalars}}` of a run directory."""
+    logs = Path(model_dir) / "logs"
+    if not logs.is_dir():
+        raise FileNotFoundError(f"No TensorBoard logs in {model_dir} (expected {logs})")
+    return {name: read_scalars(logs / name) for name in ("train", "validation")}
+
+
+PANELS = (
+    ("loss", (("train", "loss", "training loss"), ("validation", "loss", "validation loss")), "loss (label-smoothed)"),
+    ("learning rate", (("train", "learning_rate", "learning rate"),), "learning rate"),
+    ("throughput", (("train", "tokens_per_second", "tokens / s"),), "target tokens / s"),
+)
+"""The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
+
+
+def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(13.5, 7.0)):
+    """Plot loss, validation loss, learning rate and throughput against step and wall time.
+
+    The top row has the training step on the x axis, the bottom row the wall-clock time
+    since the first logged event (minutes). Wall time includes validation and checkpoint
+    pauses, and the idle time between an interrupted run and its resumption.
+
+    Args:
+        model_dir: a run directory with `logs/train` and `logs/validation`.
+        path: the PNG file to write (parent directories are created).
+        title: the figure title (default: the run directory's name).
+        dpi: resolution; the image is `figsize * dpi` pixels.
+        figsize: figure size in inches.
+
+    Returns:
+        the written path.
+
+    Raises:
+        FileNotFoundError: no logs; ValueError: the logs hold no scalars.
+
+    Example:
+
+    >>> plot_training_curves("runs/builtin_tiny", "curves.png")  # doctest: +SKIP
+    PosixPath('curves.png')
+    """
+    from matplotlib.figure import Figure
+
+    scalars = read_run_scalars(model_dir)
+    if not any(scalars.values()):
+        raise ValueError(f"The TensorBoard logs of {model_dir} hold no scalars")
+    starts = [series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)]
+    start = min(starts)
+
+    figure = Figure(figsize=figsize, dpi=dpi, layout="constrained")
+    axes = figure.subplots(2, len(PANELS), squeeze=False)
+    for column, (panel_title, curves, y_label) in enumerate(PANELS):
+        for row, x_name in enumerate(("step", "wall time (minutes)")):
+            ax = axes[row, column]
+            plotted = False
+            for log, tag, legend in curves:
+                series = scalars[log].get(tag)
+                if series is None or not len(series):
+                    continue
+                x = series.steps if row == 0 else (series.wall_times - start) / 60.0
+                marker = "o" if log == "validation" or len(series) < 20 else None
+                ax.plot(x, series.values, marker=marker, markersize=4, label=legend)
+                plotted = True
+            if not plotted:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+            ax.set_xlabel(x_name)
+            ax.set_ylabel(y_label)
+            ax.set_title(f"{panel_title} vs {'step' if row == 0 else 'wall time'}", fontsize=10)
+            ax.grid(True, alpha=0.3)
+            if plotted and len(curves) > 1:
+                ax.legend(fontsize=8)
+            if panel_title == "learning rate" and plotted:
+                ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    figure.suptitle(title or f"training curves: {Path(model_dir).name}", fontsize=11)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, format="png")
+    return path

@@ -1,0 +1,248 @@
+"""sacreBLEU scoring, batched translation, and evaluating a trained run or a SavedModel."""
+
+import doctest
+import math
+
+import numpy as np
+import pytest
+import sacrebleu
+import tensorflow as tf
+
+from keras_transformer.evaluation import (
+    DecodingSpeed,
+    Translator,
+    corpus_bleu,
+    corpus_chrf,
+    default_tokenize,
+    evaluate_run,
+    evaluate_saved_model,
+    format_speed_table,
+    score_corpus,
+    search_options,
+    translate_in_batches,
+    translate_lines,
+)
+from keras_transformer.models.config import get_preset
+
+HYPOTHESES = [
+    "The cat sat on the mat.",
+    "A dog runs in the park, quickly!",
+    "Zwei Männer spielen Fußball.",
+    "the quick brown fox",
+]
+REFERENCES = [
+    "The cat sat on the mat.",
+    "A dog is running in the park.",
+    "Zwei Männer spielen Fussball.",
+    "The quick brown fox jumps.",
+]
+
+
+def test_perfect_match_is_100():
+    score, signature, details = corpus_bleu(["the cat sat on the mat"], ["the cat sat on the mat"])
+    assert score == pytest.approx(100.0)
+    assert details.startswith("BLEU = 100.00")
+    chrf, _ = corpus_chrf(["the cat sat on the mat"], ["the cat sat on the mat"])
+    assert chrf == pytest.approx(100.0)
+
+
+def test_bleu_by_hand():
+    # Precisions 4/5, 3/4, 2/3, 1/2, equal lengths (BP = 1): BLEU = (0.2) ** (1/4).
+    score, _, _ = corpus_bleu(["a b c d e"], ["a b c d f"])
+    assert score == pytest.approx(100 * 0.2**0.25, abs=1e-6)
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+@pytest.mark.parametrize("tokenize", ["13a", "intl", "none", "char"])
+def test_scores_equal_sacrebleu(lowercase, tokenize):
+    scores = score_corpus(HYPOTHESES, REFERENCES, lowercase=lowercase, tokenize=tokenize)
+    expected_bleu = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], lowercase=lowercase, tokenize=tokenize)
+    fold = str.lower if lowercase else str  # corpus_chrf has no lowercase option
+    expected_chrf = sacrebleu.corpus_chrf([fold(h) for h in HYPOTHESES], [[fold(r) for r in REFERENCES]])
+    assert scores.bleu == pytest.approx(expected_bleu.score)
+    assert scores.chrf == pytest.approx(expected_chrf.score)
+    assert scores.bleu_details == str(expected_bleu)
+    assert 0 < scores.bleu < 100 and scores.num_sentences == 4
+    assert scores.exact_match == pytest.approx(0.25)
+    case = "case:lc" if lowercase else "case:mixed"
+    assert scores.bleu_signature == f"nrefs:1|{case}|eff:no|tok:{tokenize}|smooth:exp|version:{sacrebleu.__version__}"
+    assert scores.chrf_signature == f"nrefs:1|{case}|eff:yes|nc:6|nw:0|space:no|version:{sacrebleu.__version__}"
+    lines = scores.format().splitlines()
+    assert lines[0] == f"BLEU = {scores.bleu:.2f} {scores.bleu_signature}"
+    assert lines[1] == f"chrF2 = {scores.chrf:.2f} {scores.chrf_signature}"
+
+
+def test_multiple_reference_streams():
+    other = ["A cat sat on a mat.", "A dog runs in the park, quickly!", "x", "y"]
+    scores = score_corpus(HYPOTHESES, [REFERENCES, other])
+    assert scores.bleu == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES, other]).score)
+    assert scores.bleu_signature.startswith("nrefs:2|")
+    assert scores.exact_match == pytest.approx(0.5)
+
+
+def test_one_word_sentences_need_character_bleu():
+    # The built-in task's German side is one word: word BLEU is 0 even for a perfect system.
+    assert score_corpus(["einundzwanzig", "vierhundert"], ["einundzwanzig", "vierhundert"]).bleu == 0
+    scores = score_corpus(["einundzwanzig", "vierhundert"], ["einundzwanzig", "vierhundert"], tokenize="char")
+    assert scores.bleu == pytest.approx(100.0) and "tok:char" in scores.bleu_signature
+    assert default_tokenize("builtin") == "char" and default_tokenize("multi30k") == "13a"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: corpus_bleu(["a", "b"], ["a"]), "one reference per hypothesis"),
+        (lambda: corpus_bleu(["a"], "a"), "not a single string"),
+        (lambda: corpus_bleu([], []), "No hypotheses"),
+        (lambda: corpus_bleu(["a"], ["a"], tokenize="moses"), "Unknown BLEU tokenizer"),
+    ],
+)
+def test_invalid_inputs_raise(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_translate_in_batches_sorts_and_restores_order():
+    batches = []
+
+    def translate_batch(texts):
+        batches.append(list(texts))
+        return [text.upper() for text in texts], [float(len(text)) for text in texts]
+
+    texts = ["bb", "a", "dddd", "ccc", "eeeee"]
+    translations, scores = translate_in_batches(translate_batch, texts, batch_size=2)
+    assert translations == ["BB", "A", "DDDD", "CCC", "EEEEE"]
+    assert scores == [2.0, 1.0, 4.0, 3.0, 5.0]
+    assert batches == [["eeeee", "dddd"], ["ccc", "bb"], ["a"]]
+    with pytest.raises(ValueError, match="batch_size"):
+        translate_in_batches(translate_batch, texts, batch_size=0)
+
+
+def test_translate_lines_keeps_blank_lines():
+    seen = []
+
+    def translate(texts):
+        seen.extend(texts)
+        return [text[::-1] for text in texts], [1.0] * len(texts)
+
+    translations, scores = translate_lines(translate, ["abc", "", "  ", "de"])
+    assert translations == ["cba", "", "", "ed"] and seen == ["abc", "de"]
+    assert math.isnan(scores[1]) and scores[3] == 1.0
+
+
+def test_search_options():
+    config = get_preset("tiny", beam_size=6, length_penalty=1.0, max_output_offset=10)
+    assert search_options(config, "beam") == {"beam_size": 6, "length_penalty": 1.0, "max_output_offset": 10}
+    assert search_options(config, "beam", beam_size=2, top_k=None) == {
+        "beam_size": 2,
+        "length_penalty": 1.0,
+        "max_output_offset": 10,
+    }
+    assert search_options(config, "sample", temperature=0.5, seed=3) == {
+        "max_output_offset": 10,
+        "temperature": 0.5,
+        "seed": 3,
+    }
+    with pytest.raises(ValueError, match="beam_size does not apply to method='greedy'"):
+        search_options(config, "greedy", beam_size=4)
+
+
+def test_format_speed_table():
+    def speed(name, use_cache, seconds, outputs):
+        return DecodingSpeed(name, use_cache, 2, 6, seconds, 0.1, outputs)
+
+    same = [np.array([5, 6, 3]), np.array([7, 8, 3])]
+    table = format_speed_table(
+        [
+            speed("greedy", True, 1.0, same),
+            speed("greedy", False, 3.0, same),
+            speed("beam4", True, 1.0, same),
+            speed("beam4", False, 12.0, [same[0], np.array([7, 3])]),
+        ]
+    )
+    assert "greedy: cached/recompute speedup 3.0x (identical outputs for 100% of sentences)" in table
+    assert "beam4: cached/recompute speedup 12.0x (identical outputs for 50% of sentences)" in table
+    assert table.splitlines()[2].split() == ["greedy", "cached", "2", "6", "1.000", "2.00", "6.0"]
+    assert table.splitlines()[3].split()[:2] == ["greedy", "recompute"]
+
+
+@pytest.mark.parametrize(
+    "module_name",
+    ["keras_transformer.evaluation", "keras_transformer.evaluation.bleu", "keras_transformer.evaluation.translator"],
+)
+def test_docstring_examples_run(module_name):
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module_name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.fixture(scope="module")
+def run_model(trained_run):
+    from keras_transformer.training import load_run
+
+    return load_run(trained_run)
+
+
+@pytest.fixture(scope="module")
+def beam_translator(run_model):
+    """The paper's beam search (beam 4, alpha 0.6), traced once for the module."""
+    model, tokenizer, _ = run_model
+    return Translator(model, tokenizer, "beam", beam_size=4, length_penalty=0.6)
+
+
+def test_evaluate_run_scores_and_writes_hypotheses(trained_run, beam_translator, tmp_path):
+    from keras_transformer.data.sources import load_pairs
+
+    output = tmp_path / "out" / "hypotheses.de"
+    result = evaluate_run(trained_run, split="test", max_sentences=12, batch_size=5, output=output)
+    pairs = load_pairs("builtin", "test")[:12]
+    assert result.sources == [source for source, _ in pairs]
+    assert result.references == [target for _, target in pairs]
+    assert output.read_text(encoding="utf-8").splitlines() == result.hypotheses
+    assert len(result.hypotheses) == 12 and all("\n" not in h for h in result.hypotheses)
+    assert 0 <= result.scores.bleu <= 100 and 0 <= result.scores.chrf <= 100
+    assert "tok:char" in result.scores.bleu_signature and result.scores.chrf_signature.startswith("nrefs:1|")
+    assert result.settings["beam_size"] == 4 and result.settings["length_penalty"] == 0.6
+    assert result.seconds > 0
+    # Length-sorted batches of 5 give the same translations as one sentence at a time.
+    expected = [beam_translator.translate_batch([source])[0][0] for source in result.sources]
+    assert result.hypotheses == expected
+    assert result.scores == score_corpus(expected, result.references, tokenize="char")
+
+
+def test_translator_output_ids_and_scores(run_model):
+    model, tokenizer, _ = run_model
+    translator = Translator(model, tokenizer, "greedy", batch_size=2)
+    texts = ["twenty one", "four hundred thousand three", "seven"]
+    translations, scores = translator(texts)
+    ids = translator.output_ids(texts)
+    assert len(translations) == len(scores) == len(ids) == 3
+    assert all(row and 0 not in row and 2 not in row for row in ids)
+    detokenized = [t.decode("utf-8") for t in tokenizer.detokenize(tf.ragged.constant(ids, dtype=tf.int32)).numpy()]
+    assert detokenized == translations
+    assert all(score <= 0 for score in scores)
+    assert translator([]) == ([], [])
+
+
+def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
+    from keras_transformer.export import Translator as ServingTranslator
+    from keras_transformer.export import export_saved_model
+
+    model, tokenizer, _ = run_model
+    export = export_saved_model(ServingTranslator(model, tokenizer), tmp_path, "numbers", verify=False, check_ops=False)
+    export_dir = export.path  # <tmp>/numbers/1, beam 4 and alpha 0.6 from the run config
+    pairs = [
+        ("twenty one", "einundzwanzig"),
+        ("four hundred thousand three", "vierhunderttausenddrei"),
+        ("seven", "sieben"),
+    ]
+    result = evaluate_saved_model(export_dir, pairs, batch_size=2, tokenize="char", output=tmp_path / "hyp.txt")
+    expected, _ = beam_translator([source for source, _ in pairs])
+    assert result.hypotheses == expected
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert result.scores == score_corpus(expected, [target for _, target in pairs], tokenize="char")
+    with pytest.raises(ValueError, match="takes no input 'text'. Its inputs: \\['source_ids'\\]"):
+        evaluate_saved_model(export_dir, pairs, signature="translate_ids")
+    with pytest.raises(ValueError, match="has no signature 'nope'. Its signatures: score, serving_default"):
+        evaluate_saved_model(export_dir, pairs, signature="nope")

@@ -303,3 +303,26 @@ def test_mirrored_strategy_first_update_equals_default(tmp_path):
     # match.
     mismatched = {name: diff for name, diff in report["diffs"].items() if diff > 0.01 * report["max_move"]}
     assert all(name.endswith("key_bias") for name in mismatched), mismatched
+
+
+def test_precisions_and_xla_train(tmp_path):
+    """Each precision (float16 with loss scaling) and XLA compile and make finite updates."""
+    inputs, labels = fixed_batch(0)
+    for index, (precision, jit_compile) in enumerate(
+        (("mixed_bfloat16", False), ("mixed_float16", False), ("float32", True))
+    ):
+        keras.utils.set_random_seed(0)
+        trainer = Trainer(
+            micro_config(),
+            tmp_path / str(index),
+            TrainOptions(train_steps=2, precision=precision, jit_compile=jit_compile, progress=False),
+        )
+        before = trainer.model.get_weights()
+        results = trainer.train(single_batch_fn([(inputs, labels)]))
+        assert results["step"] == 2 and math.isfinite(results["loss"]), (precision, results)
+        assert trainer.model.compute_dtype == {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(precision, "float32")
+        assert all(w.dtype == np.float32 for w in trainer.model.get_weights())
+        moved = [not np.allclose(a, b) for a, b in zip(trainer.model.get_weights(), before)]
+        assert sum(moved) > 10, precision
+        if precision == "mixed_float16":
+            assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)

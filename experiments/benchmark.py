@@ -25,10 +25,10 @@ from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.benchmark import (
+    compare_steps,
     keras_hub_transformer,
     make_train_step,
     matmul_flops_per_second,
-    time_steps,
     training_flops,
 )
 from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
@@ -39,6 +39,7 @@ flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: downlo
 flags.DEFINE_string("src_lang", "en", "Source language.")
 flags.DEFINE_string("tgt_lang", "de", "Target language.")
 flags.DEFINE_integer("steps", 30, "Timed training steps per measurement.")
+flags.DEFINE_integer("rounds", 3, "Alternating timing rounds; each side keeps its fastest.")
 flags.DEFINE_integer("batch_tokens", 4096, "Token budget per batch (bucketed pipeline).")
 flags.DEFINE_integer("padded_length", 32, "Row a: sentences are cut/padded to this length.")
 flags.DEFINE_integer("padded_batch", 64, "Row a: sentences per padded batch.")
@@ -47,6 +48,7 @@ flags.DEFINE_bool("jit_compile", False, "Compile both training steps with XLA.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
 flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
+flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 
 FLAGS = flags.FLAGS
 
@@ -94,8 +96,7 @@ def main(argv):
     padded = padded_batches(pairs, tokenizer, FLAGS.padded_length, FLAGS.padded_batch, FLAGS.steps)
     ours_step = make_train_step(ours, config, FLAGS.jit_compile)
     peer_step = make_train_step(peer, config, FLAGS.jit_compile)
-    ours_seconds = time_steps(ours_step, padded)
-    peer_seconds = time_steps(peer_step, padded)
+    ours_seconds, peer_seconds = compare_steps((ours_step, padded), (peer_step, padded), FLAGS.rounds)
     rows.append(("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
                  peer_seconds / ours_seconds, 1.25))
 
@@ -103,8 +104,7 @@ def main(argv):
     bucketed = list(make_dataset(pairs, tokenizer, batch_tokens=FLAGS.batch_tokens, max_length=config.max_length,
                                  seed=FLAGS.seed).take(FLAGS.steps))
     fixed = padded_batches(pairs, tokenizer, config.max_length, FLAGS.batch_tokens // config.max_length, FLAGS.steps)
-    ours_seconds = time_steps(ours_step, bucketed)
-    peer_seconds = time_steps(peer_step, fixed)
+    ours_seconds, peer_seconds = compare_steps((ours_step, bucketed), (peer_step, fixed), FLAGS.rounds)
     ours_tokens = sum(real_lengths(bucketed)[1])
     peer_tokens = sum(real_lengths(fixed)[1])
     ours_rate, peer_rate = ours_tokens / ours_seconds, peer_tokens / peer_seconds
@@ -125,7 +125,33 @@ def main(argv):
         mark = "ok" if ratio >= target else "MISSED"
         print(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}")
     print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
+    if FLAGS.plot:
+        plot_ratios(rows, FLAGS.plot)
+        print(f"plot: {FLAGS.plot}")
     print(f"machine: {tf.config.list_physical_devices()} ; precision {policy} ; jit_compile {FLAGS.jit_compile}")
+
+
+def plot_ratios(rows, path):
+    """Bar chart of each row's ratio beside its target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [name.split(",")[0] for name, *_ in rows]
+    ratios = [ratio for _, _, _, ratio, _ in rows]
+    targets = [target for *_, target in rows]
+    figure, axis = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.5))
+    positions = np.arange(len(rows))
+    axis.barh(positions, ratios, color="tab:blue", label="measured ratio")
+    axis.scatter(targets, positions, color="tab:red", marker="|", s=400, label="target")
+    axis.set_yticks(positions, names)
+    axis.invert_yaxis()
+    axis.set_xlabel("ratio (ours / peer or base)")
+    axis.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def decoding_rows(model_dir):

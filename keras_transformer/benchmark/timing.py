@@ -44,3 +44,18 @@ def time_steps(step, batches, warmup=1):
         result = step(inputs, labels)
     float(result)  # wait for the last step
     return time.perf_counter() - start
+
+
+def compare_steps(first, second, rounds=3):
+    """Best-of-`rounds` seconds of two `(step, batches)` workloads, timed alternately.
+
+    Alternating the two and keeping each one's fastest round makes the ratio robust to
+    other load on the machine that comes and goes during the measurement.
+    """
+    for step, batches in (first, second):
+        time_steps(step, batches[:1] if len(batches) > 1 else batches)  # trace
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for index, (step, batches) in enumerate((first, second)):
+            best[index] = min(best[index], time_steps(step, batches))
+    return tuple(best)

@@ -25,17 +25,7 @@ A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode`
 
 import tensorflow as tf
 
-try:  # Whether we are being traced for XLA (tf.function(jit_compile=True)).
-    from tensorflow.python.ops import control_flow_util as _control_flow_util
-except ImportError:  # pragma: no cover
-    _control_flow_util = None
-
-
-def in_xla_context():
-    """True while tracing inside `tf.function(jit_compile=True)` (or another XLA context)."""
-    if _control_flow_util is None or tf.executing_eagerly():
-        return False
-    return bool(_control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+from keras_transformer.layers.tracing import in_xla_context
 
 
 def tile_rows(tensor, num_copies):
@@ -51,6 +41,10 @@ def reorder_cache(cache, indices):
     Sub-structures under a `"cross"` key (encoder-decoder keys/values) are left alone:
     they are identical for all beams of a sentence and `indices` never cross sentences,
     so gathering them would only copy memory.
+
+    The self-attention buffers are gathered whole: a row of a `(N, H, L, D)` buffer is
+    contiguous, so this is one memory copy per row, cheaper on CPU than gathering only
+    the written slots and writing them back (both are strided copies).
     """
     if isinstance(cache, dict):
         return {key: value if key == "cross" else reorder_cache(value, indices) for key, value in cache.items()}
@@ -59,13 +53,22 @@ def reorder_cache(cache, indices):
     return tf.gather(cache, indices, axis=0)
 
 
+def _shares_cross_cache(model):
+    """Whether `model.decode_step` accepts encoder-decoder caches (and source masks) with
+    one row per sentence while the tokens have one row per copy (see `CachedStep`)."""
+    return bool(getattr(model, "supports_shared_cross_cache", False))
+
+
 class CachedStep:
     """Incremental decoding: one new token per step, self-attention keys/values cached.
 
     The cache comes from `model.init_cache(encoder_outputs, L)`: a fixed-size
     self-attention buffer of `L` slots per layer (written at `index` by
-    `model.decode_step`) and the encoder-decoder keys/values, computed once per source
-    and then tiled to the `K` copies.
+    `model.decode_step`) and the encoder-decoder keys/values, computed once per source.
+    The self-attention buffers are tiled to the `K` copies; the encoder-decoder part
+    (under `"cross"`) and the source mask too, unless the model sets
+    `supports_shared_cross_cache = True` (as `Transformer` does): then they keep one row
+    per sentence and the `K` copies share it.
 
     Args:
         model: exposes `encode`, `init_cache` and `decode_step` like `Transformer`.
@@ -77,10 +80,17 @@ class CachedStep:
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
         cache = self.model.init_cache(encoder_outputs, buffer_size)  # computed once per source
-        cache = tf.nest.map_structure(
-            lambda tensor: tile_rows(tensor, num_copies), cache
-        )  # (N, ...): row b * K + k is copy k of sentence b
-        return {"cache": cache, "source_mask": tile_rows(source_mask, num_copies)}
+        shared = _shares_cross_cache(self.model)
+
+        def tile(structure):
+            return tf.nest.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
+
+        if shared:  # tile only the self-attention buffers
+            cache = _map_non_cross(cache, tile)
+        else:
+            cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
+            source_mask = tile_rows(source_mask, num_copies)
+        return {"cache": cache, "source_mask": source_mask}
 
     def step(self, state, target_ids, index):
         tokens = tf.gather(target_ids, index[None], axis=1)  # (N, 1)
@@ -89,6 +99,15 @@ class CachedStep:
 
     def reorder(self, state, indices):
         return {"cache": reorder_cache(state["cache"], indices), "source_mask": state["source_mask"]}
+
+
+def _map_non_cross(cache, fn):
+    """Apply `fn` to every sub-structure of `cache` except those under a `"cross"` key."""
+    if isinstance(cache, dict):
+        return {key: value if key == "cross" else _map_non_cross(value, fn) for key, value in cache.items()}
+    if isinstance(cache, (list, tuple)):
+        return type(cache)(_map_non_cross(value, fn) for value in cache)
+    return fn(cache)
 
 
 class RecomputeStep:

@@ -11,6 +11,7 @@ from keras import ops
 
 from keras_transformer.layers import masks as masks_lib
 from keras_transformer.layers.checks import check_positive_int, check_rate
+from keras_transformer.layers.tracing import in_xla_context
 
 # Added to masked scores before the softmax. The softmax runs in float32 (also under
 # mixed precision), where -1e9 underflows exp() to exactly 0.
@@ -20,17 +21,61 @@ MASK_VALUE = -1e9
 def _write_positions(buffer, updates, start):
     """`buffer` `(B, H, L, D)` with `updates` `(B, H, Q, D)` written at positions `start .. start + Q - 1`.
 
-    A gather and a select, not `ops.slice_update`: the TensorFlow backend lowers that to
-    `XlaDynamicUpdateSlice`, which outside `jit_compile` runs only through on-demand XLA
-    compilation; TF Serving's model server disables that on CPU, so it could not serve a
-    SavedModel that decodes with the cache. Same values, core ops, XLA-compatible.
+    Not `ops.slice_update`: the TensorFlow backend lowers that to `XlaDynamicUpdateSlice`,
+    which outside `jit_compile` runs only through on-demand XLA compilation; TF Serving's
+    model server disables that on CPU, so it could not serve a SavedModel that decodes
+    with the cache. Instead, core ops that touch only the written slots:
+
+    * TensorFlow outside XLA: `TensorStridedSliceUpdate` (`buffer[:, :, start:start + Q] =
+      updates`), which updates the buffer in place when nothing else holds it (as in a
+      decoding loop) instead of copying all `L` slots.
+    * under XLA and with other backends: a scatter of the `B * H * Q` rows of width `D`
+      (`TensorScatterUpdate` with TensorFlow; XLA compiles it to an in-place update).
     """
-    length = ops.shape(buffer)[2]
-    count = ops.shape(updates)[2]
-    offsets = ops.arange(length) - start  # (L,) position relative to the first written slot
-    inside = ops.logical_and(offsets >= 0, offsets < count)  # (L,)
-    gathered = ops.take(updates, ops.clip(offsets, 0, count - 1), axis=2)  # (B, H, L, D)
-    return ops.where(inside[None, None, :, None], gathered, buffer)
+    if keras.backend.backend() == "tensorflow" and not in_xla_context():
+        import tensorflow as tf
+
+        start = tf.cast(start, tf.int32)
+        return tf.raw_ops.TensorStridedSliceUpdate(
+            input=buffer,
+            begin=tf.stack([0, 0, start, 0]),
+            end=tf.stack([0, 0, start + tf.shape(updates)[2], 0]),
+            strides=tf.ones([4], tf.int32),
+            value=updates,
+            begin_mask=0b1011,  # all of axes 0, 1 and 3
+            end_mask=0b1011,
+        )
+    shape = ops.shape(updates)
+    grid = ops.meshgrid(
+        ops.arange(shape[0], dtype="int32"),
+        ops.arange(shape[1], dtype="int32"),
+        ops.arange(shape[2], dtype="int32") + ops.cast(start, "int32"),
+        indexing="ij",
+    )  # 3 x (B, H, Q)
+    indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))  # (B * H * Q, 3)
+    return ops.scatter_update(buffer, indices, ops.reshape(updates, (-1, shape[3])))  # rows (B * H * Q, D)
+
+
+def _group_queries(queries, memory_rows):
+    """`(N, H, Q, Dk)` -> `(B, H, C * Q, Dk)` for a memory of `B = N / C` rows.
+
+    Row `b * C + c` of the queries is copy `c` of memory row `b` (the beam layout), so
+    the `C` copies attend over one untiled copy of the memory keys/values.
+    """
+    shape = ops.shape(queries)
+    copies = shape[0] // memory_rows
+    grouped = ops.reshape(queries, (memory_rows, copies, shape[1], shape[2], shape[3]))  # (B, C, H, Q, Dk)
+    grouped = ops.transpose(grouped, (0, 2, 1, 3, 4))  # (B, H, C, Q, Dk)
+    return ops.reshape(grouped, (memory_rows, shape[1], copies * shape[2], shape[3]))
+
+
+def _ungroup_outputs(outputs, rows, query_length):
+    """Inverse of `_group_queries`: `(B, H, C * Q, Dv)` -> `(N, H, Q, Dv)`."""
+    shape = ops.shape(outputs)
+    copies = rows // shape[0]
+    outputs = ops.reshape(outputs, (shape[0], shape[1], copies, query_length, shape[3]))  # (B, H, C, Q, Dv)
+    outputs = ops.transpose(outputs, (0, 2, 1, 3, 4))  # (B, C, H, Q, Dv)
+    return ops.reshape(outputs, (rows, shape[1], query_length, shape[3]))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -83,6 +128,8 @@ def attention_weights(query, key, mask=None):
     scores = ops.cast(ops.matmul(query, ops.swapaxes(key, -1, -2)), "float32")  # (..., Q, K)
     if mask is not None:
         scores = ops.where(ops.cast(mask, "bool"), scores, MASK_VALUE)
+    if scores.shape[-1] == 1:  # one key (the first cached step): softmax is exactly 1
+        return ops.ones_like(scores)
     return ops.softmax(scores, axis=-1)
 
 
@@ -100,10 +147,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     * with `cache_index` (self-attention): the keys/values of the `Q` new query positions
       are written into the preallocated buffer at `cache_index`, and the queries attend
-      over the whole buffer; `use_causal_mask=True` hides the slots after each query.
+      over the written prefix `0 .. cache_index + Q - 1` (under XLA, which needs static
+      shapes, over the whole buffer); `use_causal_mask=True` hides the slots after each
+      query.
     * without `cache_index` (encoder-decoder attention): the cache holds keys/values
       computed once by `compute_cache(encoder_outputs)` and is reused every step; the
-      `value`/`key` arguments are ignored.
+      `value`/`key` arguments are ignored. The cache may have fewer rows than the query,
+      `B` rows for `N = B * C` queries (beam search: row `b * C + c` is copy `c` of
+      sentence `b`); the copies then share one copy of the keys/values, and `key_mask`
+      and `attention_mask` have the cache's `B` rows.
 
     In cached mode the call always returns `(outputs, cache)`.
 
@@ -270,6 +322,7 @@ class MultiHeadAttention(keras.layers.Layer):
         query_length = ops.shape(query)[1]
         queries = self._project(query, self.query_kernel, getattr(self, "query_bias", None))  # (B, H, Q, Dk)
         causal_offset = 0
+        grouped_rows = None
         if cache is None:
             if value is None:
                 raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
@@ -279,6 +332,13 @@ class MultiHeadAttention(keras.layers.Layer):
             values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))  # (B, H, K, Dv)
         elif cache_index is None:  # static memory: encoder-decoder attention
             keys, values = cache["key"], cache["value"]
+            rows, memory_rows = ops.shape(queries)[0], ops.shape(keys)[0]
+            if not (isinstance(rows, int) and isinstance(memory_rows, int) and rows == memory_rows):
+                # the query rows may be copies of the memory rows: attend per memory row
+                grouped_rows = rows
+                queries = _group_queries(queries, memory_rows)  # (B, H, C * Q, Dk)
+                if attention_mask is not None:  # (B|1, Q, K) -> (B|1, C * Q, K)
+                    attention_mask = ops.tile(attention_mask, (1, rows // memory_rows, 1))
         else:  # self-attention: write the new positions into the buffer
             key = query if key is None else key
             value = query if value is None else value
@@ -289,8 +349,13 @@ class MultiHeadAttention(keras.layers.Layer):
             cache = {"key": keys, "value": values}
             causal_offset = cache_index
             key_mask = None  # unwritten slots are hidden by the causal mask
+            if not in_xla_context():  # attend over the written prefix only
+                keys = keys[:, :, : cache_index + query_length]
+                values = values[:, :, : cache_index + query_length]
+                if attention_mask is not None:
+                    attention_mask = attention_mask[:, :, : cache_index + query_length]
         mask = masks_lib.merge_masks(
-            query_length,
+            ops.shape(queries)[2],
             ops.shape(keys)[2],
             query_padding_mask=query_mask,
             key_padding_mask=key_mask,
@@ -303,6 +368,8 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = attention_weights(queries, keys, mask)  # (B, H, Q, K) float32
         dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
         outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
+        if grouped_rows is not None:
+            outputs = _ungroup_outputs(outputs, grouped_rows, query_length)  # (N, H, Q, Dv)
         outputs = ops.einsum("bhqv,hvd->bqd", outputs, self.output_kernel)  # (B, Q, D)
         if self.use_bias:
             outputs = outputs + self.output_bias

@@ -45,6 +45,11 @@ class Transformer(keras.Model):
     (1, 2, 100)
     """
 
+    # `decode_step` accepts encoder-decoder caches and source masks with one row per
+    # sentence for `B * C` token rows (C copies per sentence, as in beam search); see
+    # `decoding.CachedStep`.
+    supports_shared_cross_cache = True
+
     def __init__(self, config, dtype=None, **kwargs):
         if isinstance(config, str):
             config = get_preset(config)
@@ -217,9 +222,14 @@ class Transformer(keras.Model):
         Args:
             token_ids: int `(B, Q)`: the tokens at target positions
                 `cache_index .. cache_index + Q - 1` (usually Q = 1).
-            cache: from `init_cache` or a previous `decode_step`.
+            cache: from `init_cache` or a previous `decode_step`. The self-attention
+                buffers have `B` rows; the encoder-decoder keys/values (`"cross"`) may
+                instead have `B / C` rows, one per sentence, when row `b * C + c` of
+                `token_ids` is copy `c` of sentence `b` (beam search): the copies then
+                share them without tiling.
             cache_index: int scalar, the target position of `token_ids[:, 0]`.
-            source_padding_mask: bool `(B, S)` from `encode`.
+            source_padding_mask: bool `(B, S)` from `encode`, or `(B / C, S)` with a
+                shared encoder-decoder cache.
 
         Returns:
             `(logits (B, Q, V) float32, cache)`.

@@ -10,15 +10,12 @@ tokens/s per configuration, and the cached/recompute speedup of each search.
 
 from absl import app, flags
 
-from keras_transformer.data.sources import DATASETS, SPLITS, load_pairs
+from keras_transformer import cli
+from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import benchmark_decoding, format_speed_table
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
-flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Corpus the source sentences come from.")
-flags.DEFINE_string("data_dir", None, "Local copy of the corpus.")
-flags.DEFINE_string("src_lang", "en", "Source language.")
-flags.DEFINE_string("tgt_lang", "de", "Target language.")
-flags.DEFINE_enum("split", "test", list(SPLITS), "Split the source sentences come from.")
+cli.define_corpus_flags(split="test")
 flags.DEFINE_integer("num_sentences", 128, "Sentences decoded by each configuration.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per search call.")
 flags.DEFINE_integer("beam_size", 4, "Beam width.")

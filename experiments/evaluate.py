@@ -14,26 +14,18 @@ would be 0 for every system).
 
 from absl import app, flags
 
-from keras_transformer.data.sources import DATASETS, SPLITS, load_pairs
+from keras_transformer import cli
+from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import TOKENIZERS, default_tokenize, evaluate_run, evaluate_saved_model
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string("saved_model", None, "Or an exported SavedModel directory (e.g. saved_models/transformer/1).")
-flags.DEFINE_string("checkpoint", None, "--model_dir: checkpoint prefix (default: the latest).")
-flags.DEFINE_integer("average_last", None, "--model_dir: average the last this many checkpoints.")
-flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Corpus.")
-flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
-flags.DEFINE_string("src_lang", "en", "Source language.")
-flags.DEFINE_string("tgt_lang", "de", "Target language.")
-flags.DEFINE_enum("split", "test", list(SPLITS), "Split to evaluate.")
+cli.define_corpus_flags(split="test")
+cli.define_checkpoint_flags()
+cli.define_search_flags()
 flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split.")
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
 flags.DEFINE_integer("max_sentences", None, "Evaluate only the first this many sentences.")
-flags.DEFINE_enum("method", "beam", ["greedy", "beam", "sample"], "--model_dir: search method.")
-flags.DEFINE_integer("beam_size", None, "--model_dir: beam width (default: the config's, paper: 4).")
-flags.DEFINE_float("length_penalty", None, "--model_dir: GNMT length penalty alpha (paper: 0.6).")
-flags.DEFINE_integer("max_output_offset", None, "--model_dir: at most source length + this many tokens (paper: 50).")
-flags.DEFINE_integer("batch_size", 64, "Sentences translated together (grouped by length).")
 flags.DEFINE_bool("lowercase", False, "Case-insensitive BLEU and chrF.")
 flags.DEFINE_enum("tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin).")
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")

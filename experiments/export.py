@@ -12,11 +12,11 @@ from pathlib import Path
 import tensorflow as tf
 from absl import app, flags, logging
 
+from keras_transformer import cli
 from keras_transformer.export import DEFAULT_WARMUP_SENTENCES, Translator, export_saved_model, format_signatures
 
 flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
-flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to export (default: the latest in <model_dir>/checkpoints).")
-flags.DEFINE_integer("average_last", None, "Instead, export the average of the last this many checkpoints.")
+cli.define_checkpoint_flags()
 flags.DEFINE_string("export_dir", "saved_models", "Root of the exported models.")
 flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
 flags.DEFINE_integer("version", None, "Version number (default: the highest existing + 1). An existing version is refused.")

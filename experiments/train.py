@@ -12,7 +12,6 @@ Running the same command again resumes from the latest checkpoint.
 from absl import app, flags, logging
 
 from keras_transformer import cli
-from keras_transformer.data.sources import DATASETS
 from keras_transformer.training import (
     PRECISIONS,
     STRATEGIES,
@@ -23,10 +22,7 @@ from keras_transformer.training import (
 )
 
 cli.define_config_flags("tiny")
-flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Training corpus.")
-flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
-flags.DEFINE_string("src_lang", "en", "Source language.")
-flags.DEFINE_string("tgt_lang", "de", "Target language.")
+cli.define_corpus_flags()
 flags.DEFINE_string("train_src", None, "--dataset=files: training source file (plain or .gz).")
 flags.DEFINE_string("train_tgt", None, "--dataset=files: training target file.")
 flags.DEFINE_string("val_src", None, "--dataset=files: validation source file.")

@@ -16,22 +16,18 @@ from pathlib import Path
 
 from absl import app, flags
 
+from keras_transformer import cli
 from keras_transformer.evaluation import Translator, search_options, translate_lines
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
-flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest).")
-flags.DEFINE_integer("average_last", None, "Average the last this many checkpoints.")
+cli.define_checkpoint_flags()
+cli.define_search_flags()
 flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
 flags.DEFINE_string("output", None, "Translation file, one line per input line (default: stdout).")
-flags.DEFINE_enum("method", "beam", ["greedy", "beam", "sample"], "Search method.")
-flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).")
-flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).")
-flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).")
 flags.DEFINE_float("temperature", None, "--method=sample: softmax temperature.")
 flags.DEFINE_integer("top_k", None, "--method=sample: keep the k most probable tokens (0: all).")
 flags.DEFINE_float("top_p", None, "--method=sample: nucleus probability mass (1.0: all).")
 flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).")
-flags.DEFINE_integer("batch_size", 64, "Sentences translated together (grouped by length).")
 flags.DEFINE_bool("scores", False, "Append a tab and the hypothesis score (log-probability) to each line.")
 flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
 

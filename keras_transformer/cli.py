@@ -9,7 +9,10 @@ import typing
 
 from absl import flags
 
+from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
+
+SEARCH_METHODS = ("greedy", "beam", "sample")
 
 
 def define_config_flags(default_preset="tiny"):
@@ -26,6 +29,32 @@ def define_config_flags(default_preset="tiny"):
             flags.DEFINE_float(field.name, None, help_text)
         else:
             flags.DEFINE_string(field.name, None, help_text)
+
+
+def define_corpus_flags(split=None):
+    """`--dataset`, `--data_dir`, `--src_lang`, `--tgt_lang`, and `--split` when `split` is a default."""
+    flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Corpus.")
+    flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
+    flags.DEFINE_string("src_lang", "en", "Source language.")
+    flags.DEFINE_string("tgt_lang", "de", "Target language.")
+    if split:
+        flags.DEFINE_enum("split", split, list(SPLITS), "Corpus split.")
+
+
+def define_checkpoint_flags():
+    """`--checkpoint` and `--average_last`: which weights of a run directory to load."""
+    flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")
+    flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
+
+
+def define_search_flags(batch_size=64):
+    """`--method`, `--beam_size`, `--length_penalty`, `--max_output_offset` (default: the
+    run config's values, the paper's 4 / 0.6 / 50) and `--batch_size`."""
+    flags.DEFINE_enum("method", "beam", list(SEARCH_METHODS), "Search method.")
+    flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).")
+    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).")
+    flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).")
+    flags.DEFINE_integer("batch_size", batch_size, "Sentences translated together (grouped by length).")
 
 
 def config_from_flags(flag_values=flags.FLAGS, **defaults):

@@ -1,16 +1,12 @@
 """Smoke test of experiments/benchmark.py (training rows a-c) and the FLOP count it relies on."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import matplotlib.image
 import numpy as np
 
 from keras_transformer import Transformer, get_preset
 from keras_transformer.benchmark import training_flops
+from tests.scripts import run_script
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_training_flops_matches_parameter_count_for_linear_layers():
@@ -27,18 +23,13 @@ def test_training_flops_matches_parameter_count_for_linear_layers():
 
 
 def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "experiments" / "benchmark.py"), f"--data_dir={multi30k_dir}", "--preset=tiny",
-         "--num_encoder_layers=1", "--num_decoder_layers=1", "--hidden_dim=32", "--intermediate_dim=64",
-         "--num_heads=2", "--vocabulary_size=500", "--max_length=32", "--steps=2", "--batch_tokens=512",
-         "--padded_batch=8", "--padded_length=16", "--rounds=1", f"--plot={tmp_path / 'ratios.png'}"],
-        capture_output=True, text=True, timeout=900, cwd=REPO,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)},
+    result = run_script(
+        "benchmark.py", f"--data_dir={multi30k_dir}", "--preset=tiny",
+        "--num_encoder_layers=1", "--num_decoder_layers=1", "--hidden_dim=32", "--intermediate_dim=64",
+        "--num_heads=2", "--vocabulary_size=500", "--max_length=32", "--steps=2", "--batch_tokens=512",
+        "--padded_batch=8", "--padded_length=16", "--rounds=1", f"--plot={tmp_path / 'ratios.png'}",
     )
-    assert result.returncode == 0, result.stderr[-4000:]
     for row in ("a. train steps/s", "b. real target tokens/s", "c. MFU"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    import matplotlib.image
-
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)

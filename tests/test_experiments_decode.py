@@ -1,40 +1,21 @@
 """Smoke tests of experiments/translate.py, evaluate.py and benchmark_decode.py (subprocesses)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import matplotlib.image
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_script(name, *args, stdin=None):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "experiments" / name), *args],
-        input=stdin,
-        capture_output=True,
-        timeout=600,
-        cwd=REPO,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)},
-    )
-    stdout, stderr = result.stdout.decode("utf-8"), result.stderr.decode("utf-8")
-    assert result.returncode == 0, stdout[-2000:] + stderr[-4000:]
-    return stdout, stderr
+from tests.scripts import run_script
 
 
 def test_translate_reads_stdin_and_plots_attention(trained_run, tmp_path):
     plots = tmp_path / "attention"
     lines = ["twenty one", "", "four hundred thousand three"]
-    stdout, _ = run_script(
+    stdout = run_script(
         "translate.py",
         f"--model_dir={trained_run}",
         "--method=greedy",
         "--batch_size=2",
         f"--plot_attention={plots}",
-        stdin="\n".join(lines).encode("utf-8") + b"\n",
-    )
+        stdin="\n".join(lines) + "\n",
+    ).stdout
     outputs = stdout.split("\n")
     assert len(outputs) == len(lines) + 1 and outputs[-1] == ""  # one line per input line
     assert outputs[0] and outputs[1] == "" and outputs[2]
@@ -46,14 +27,14 @@ def test_translate_reads_stdin_and_plots_attention(trained_run, tmp_path):
 
 def test_evaluate_prints_bleu_with_signature(trained_run, tmp_path):
     output = tmp_path / "hypotheses.de"
-    stdout, _ = run_script(
+    stdout = run_script(
         "evaluate.py",
         f"--model_dir={trained_run}",
         "--split=test",
         "--max_sentences=6",
         "--beam_size=2",
         f"--output={output}",
-    )
+    ).stdout
     assert "builtin/test: 6 sentences translated" in stdout
     assert "nrefs:1|case:mixed|eff:no|tok:char|smooth:exp|version:" in stdout
     assert "BLEU = " in stdout and "chrF2 = " in stdout and "exact match: " in stdout
@@ -62,13 +43,13 @@ def test_evaluate_prints_bleu_with_signature(trained_run, tmp_path):
 
 
 def test_benchmark_decode_smoke(trained_run):
-    stdout, _ = run_script(
+    stdout = run_script(
         "benchmark_decode.py",
         f"--model_dir={trained_run}",
         "--num_sentences=4",
         "--batch_size=2",
         "--max_output_offset=8",
-    )
+    ).stdout
     rows = [line.split()[:2] for line in stdout.splitlines()]
     for name in ("greedy", "beam4"):
         assert f"{name}: cached/recompute speedup" in stdout

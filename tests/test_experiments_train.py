@@ -1,62 +1,33 @@
 """Smoke tests of experiments/train.py and experiments/average_checkpoints.py (real subprocesses)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import tensorflow as tf
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_FLAGS = [
-    "--num_encoder_layers=1",
-    "--num_decoder_layers=1",
-    "--hidden_dim=32",
-    "--intermediate_dim=64",
-    "--num_heads=2",
-    "--vocabulary_size=64",
-    "--max_length=48",
-    "--batch_tokens=512",
-    "--checkpoint_every=3",
-    "--log_every=2",
-    "--eval_every=0",
-    "--noprogress",
-]
+from tests.scripts import TINY_TRAIN_FLAGS, run_script
+
+TINY_FLAGS = [*TINY_TRAIN_FLAGS, "--checkpoint_every=3", "--log_every=2"]
 
 
-def run_script(name, *args):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "experiments" / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)},
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+def run(name, *args):
+    result = run_script(name, *args)
     return result.stdout + result.stderr
 
 
 def test_train_then_resume_then_average(tmp_path):
     run_dir = tmp_path / "run"
-    output = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=6", *TINY_FLAGS)
+    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=6", *TINY_FLAGS)
     assert "Trained to step 6" in output
     assert f"Checkpoints: {run_dir}/checkpoints/ckpt-6" in output
     assert (run_dir / "spm.model").exists()
     # The same command with more steps continues from step 6.
-    output = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS)
+    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS)
     assert "Restored" in output and "ckpt-6" in output
     assert "Trained to step 9" in output
     # A different architecture in the same directory is refused, naming the field.
-    failed = subprocess.run(
-        [sys.executable, str(REPO / "experiments" / "train.py"), f"--model_dir={run_dir}", "--train_steps=9",
-         *TINY_FLAGS, "--hidden_dim=64"],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)},
-    )
+    failed = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS, "--hidden_dim=64",
+                        check=False)
     assert failed.returncode != 0 and "hidden_dim" in failed.stderr
-    output = run_script("average_checkpoints.py", f"--model_dir={run_dir}", "--last=2")
+    output = run("average_checkpoints.py", f"--model_dir={run_dir}", "--last=2")
     assert "Averaged 2 checkpoints" in output
     averaged = tf.train.load_checkpoint(str(run_dir / "averaged" / "ckpt-9"))
     six = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-6"))

@@ -1,7 +1,6 @@
 """Crashes, preemption and several workers, with real processes and signals."""
 
 import json
-import os
 import re
 import signal
 import socket
@@ -13,29 +12,10 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.scripts import REPO, TINY_TRAIN_FLAGS, script_environment
+
 HARNESS = str(Path(__file__).resolve().parent / "train_harness.py")
-FLAGS = [
-    "--num_encoder_layers=1",
-    "--num_decoder_layers=1",
-    "--hidden_dim=32",
-    "--intermediate_dim=64",
-    "--num_heads=2",
-    "--vocabulary_size=64",
-    "--max_length=48",
-    "--batch_tokens=512",
-    "--checkpoint_every=2",
-    "--keep_checkpoints=10",
-    "--log_every=1",
-    "--eval_every=0",
-    "--noprogress",
-]
-
-
-def environment(**extra):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    env.update(extra)
-    return env
+FLAGS = [*TINY_TRAIN_FLAGS, "--checkpoint_every=2", "--keep_checkpoints=10", "--log_every=1"]
 
 
 def start(run_dir, *flags, **env):
@@ -45,7 +25,7 @@ def start(run_dir, *flags, **env):
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
-        env=environment(**env),
+        env=script_environment(**env),
     )
 
 

@@ -1,0 +1,47 @@
+"""Running the experiments/ scripts as real processes, for the script tests."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A model and batches small enough that a training script runs in seconds.
+TINY_TRAIN_FLAGS = (
+    "--num_encoder_layers=1",
+    "--num_decoder_layers=1",
+    "--hidden_dim=32",
+    "--intermediate_dim=64",
+    "--num_heads=2",
+    "--vocabulary_size=64",
+    "--max_length=48",
+    "--batch_tokens=512",
+    "--eval_every=0",
+    "--noprogress",
+)
+
+
+def script_environment(**extra):
+    """The test process's environment, quiet TensorFlow logs, the repository importable."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def run_script(name, *args, stdin=None, check=True, timeout=900):
+    """Run `experiments/<name>` with `args`; returns the `CompletedProcess` (text output).
+
+    With `check`, a non-zero exit fails the test, showing the end of both streams.
+    """
+    result = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / name), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        cwd=REPO,
+        env=script_environment(),
+    )
+    if check:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result

@@ -16,7 +16,7 @@ from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.data.sources import load_pairs
-from keras_transformer.evaluation import TOKENIZERS, default_tokenize, evaluate_run, evaluate_saved_model
+from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string("saved_model", None, "Or an exported SavedModel directory (e.g. saved_models/transformer/1).")
@@ -25,9 +25,7 @@ cli.define_checkpoint_flags()
 cli.define_search_flags()
 flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split.")
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
-flags.DEFINE_integer("max_sentences", None, "Evaluate only the first this many sentences.")
-flags.DEFINE_bool("lowercase", False, "Case-insensitive BLEU and chrF.")
-flags.DEFINE_enum("tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin).")
+cli.define_scoring_flags()
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")
 
 FLAGS = flags.FLAGS

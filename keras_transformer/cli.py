@@ -57,6 +57,15 @@ def define_search_flags(batch_size=64):
     flags.DEFINE_integer("batch_size", batch_size, "Sentences translated together (grouped by length).")
 
 
+def define_scoring_flags():
+    """`--max_sentences`, `--lowercase` and `--tokenize`: which sentences and how sacreBLEU scores them."""
+    from keras_transformer.evaluation.bleu import TOKENIZERS
+
+    flags.DEFINE_integer("max_sentences", None, "Score only the first this many sentences of the split.")
+    flags.DEFINE_bool("lowercase", False, "Case-insensitive BLEU and chrF.")
+    flags.DEFINE_enum("tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin).")
+
+
 def config_from_flags(flag_values=flags.FLAGS, **defaults):
     """The preset named by `--preset` with `defaults`, then every flag given, applied."""
     overrides = dict(defaults)

@@ -1,6 +1,9 @@
 """Smoke tests of experiments/translate.py, evaluate.py and benchmark_decode.py (subprocesses)."""
 
+import shutil
+
 import matplotlib.image
+import pytest
 
 from tests.scripts import run_script
 
@@ -55,3 +58,35 @@ def test_benchmark_decode_smoke(trained_run):
         assert f"{name}: cached/recompute speedup" in stdout
         assert [name, "cached"] in rows and [name, "recompute"] in rows
     assert "4 sentences of builtin/test, batch 2" in stdout and "tokens/s" in stdout
+
+
+def test_score_checkpoints_writes_bleu_at_checkpoint_times(trained_run, tmp_path):
+    import tensorflow as tf
+
+    from keras_transformer.evaluation import evaluate_run
+    from keras_transformer.visualization import read_scalars
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)  # the shared run stays read-only
+    plot = tmp_path / "curves.png"
+    stdout = run_script(
+        "score_checkpoints.py",
+        f"--model_dir={run}",
+        "--split=test",
+        "--max_sentences=8",
+        f"--plot={plot}",
+    ).stdout
+    assert "builtin/test, 8 sentences, greedy search" in stdout
+    rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["60"], ["120"])]
+    assert [row[0] for row in rows] == ["60", "120"]
+    scalars = read_scalars(run / "logs" / "checkpoints")
+    assert scalars["bleu"].steps.tolist() == [60, 120]
+    state = tf.train.get_checkpoint_state(str(run / "checkpoints"))
+    assert scalars["bleu"].wall_times.tolist() == pytest.approx(list(state.all_model_checkpoint_timestamps))
+    # Each point is that checkpoint's own score.
+    for step, bleu, row in zip((60, 120), scalars["bleu"].values, rows):
+        expected = evaluate_run(
+            run, split="test", max_sentences=8, method="greedy", checkpoint=str(run / "checkpoints" / f"ckpt-{step}")
+        ).scores.bleu
+        assert bleu == pytest.approx(expected, abs=1e-4) and float(row[2]) == pytest.approx(expected, abs=0.006)
+    assert matplotlib.image.imread(plot).shape[:2] == (700, 1700)

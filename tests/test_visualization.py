@@ -17,6 +17,7 @@ from keras_transformer.visualization import (
     plot_training_curves,
     read_run_scalars,
     read_scalars,
+    write_scalar_events,
 )
 
 NUM_LAYERS = TRAINED_RUN_CONFIG["num_encoder_layers"]
@@ -132,6 +133,26 @@ def test_read_scalars_merges_event_files(tmp_path):
     assert series.steps.tolist() == [1, 2, 3]
     np.testing.assert_allclose(series.values, [5.0, 3.5, 3.0])
     assert read_scalars(tmp_path / "missing") == {}
+
+
+def test_scalar_events_keep_the_given_wall_times(tmp_path):
+    log_dir = tmp_path / "checkpoints"
+    (log_dir).mkdir()
+    (log_dir / "events.out.tfevents.1.old").write_bytes(b"")  # replaced, not merged
+    records = [(200, 1000.5, {"bleu": 12.5, "chrf": 40.0}), (100, 900.25, {"bleu": 3.0, "chrf": 20.0})]
+    path = write_scalar_events(log_dir, records)
+    assert [p.name for p in log_dir.iterdir()] == [path.name]
+    scalars = read_scalars(log_dir)
+    assert sorted(scalars) == ["bleu", "chrf"]
+    assert scalars["bleu"].steps.tolist() == [100, 200]
+    np.testing.assert_allclose(scalars["bleu"].wall_times, [900.25, 1000.5])
+    np.testing.assert_allclose(scalars["chrf"].values, [20.0, 40.0])
+    # TensorBoard's own reader accepts the file.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    assert [(e.step, e.wall_time, e.value) for e in accumulator.Scalars("bleu")] == [(100, 900.25, 3.0), (200, 1000.5, 12.5)]
 
 
 def test_docstring_examples_run():

@@ -10,11 +10,14 @@ Example:
 
 from keras_transformer.evaluation.bleu import TOKENIZERS, CorpusScores, corpus_bleu, corpus_chrf, score_corpus
 from keras_transformer.evaluation.evaluate import (
+    CheckpointScore,
     EvaluationResult,
+    checkpoint_step,
     default_tokenize,
     evaluate_run,
     evaluate_saved_model,
     evaluate_translator,
+    score_checkpoints,
     write_lines,
 )
 from keras_transformer.evaluation.speed import DecodingSpeed, benchmark_decoding, format_speed_table
@@ -30,12 +33,14 @@ from keras_transformer.evaluation.translator import (
 __all__ = [
     "SEARCH_OPTIONS",
     "TOKENIZERS",
+    "CheckpointScore",
     "CorpusScores",
     "DecodingSpeed",
     "EvaluationResult",
     "SavedModelTranslator",
     "Translator",
     "benchmark_decoding",
+    "checkpoint_step",
     "corpus_bleu",
     "corpus_chrf",
     "default_tokenize",
@@ -43,6 +48,7 @@ __all__ = [
     "evaluate_saved_model",
     "evaluate_translator",
     "format_speed_table",
+    "score_checkpoints",
     "score_corpus",
     "search_options",
     "translate_in_batches",

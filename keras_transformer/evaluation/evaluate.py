@@ -179,3 +179,83 @@ def evaluate_saved_model(
     translator = SavedModelTranslator(export_dir, batch_size=batch_size, signature=signature)
     settings = {"saved_model": str(export_dir), "signature": signature}
     return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointScore:
+    """The scores of one checkpoint of a run.
+
+    Attributes:
+        step: the training step the checkpoint was written at.
+        wall_time: when it was written (seconds since the epoch).
+        path: the checkpoint prefix.
+        scores: a `CorpusScores`.
+    """
+
+    step: int
+    wall_time: float
+    path: str
+    scores: object
+
+
+def checkpoint_step(path):
+    """The step number in a checkpoint prefix such as `.../ckpt-1200`."""
+    name = Path(path).name
+    try:
+        return int(name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')") from None
+
+
+def score_checkpoints(
+    model_dir,
+    pairs,
+    method="greedy",
+    batch_size=64,
+    lowercase=False,
+    tokenize="13a",
+    every=1,
+    **search_options,
+):
+    """Translate `pairs` with every kept checkpoint of a run and score each with sacreBLEU.
+
+    The model and the compiled search are built once; each checkpoint's weights are read
+    into them in turn. Wall times are the save times the checkpoint manager recorded, so
+    scores can be plotted against training time (see `write_scalar_events`).
+
+    Args:
+        model_dir: a run directory.
+        pairs: `(source, reference)` pairs, e.g. the validation split.
+        method: search method (greedy is the cheap choice for tracking progress).
+        batch_size: sentences decoded together.
+        lowercase, tokenize: sacreBLEU options.
+        every: score only every this-many-th checkpoint (the latest is always scored).
+        **search_options: further search settings (`beam_size`, `length_penalty`, ...);
+            unset ones come from the run config.
+
+    Returns:
+        a list of `CheckpointScore`, oldest first.
+    """
+    import tensorflow as tf
+
+    from keras_transformer.training.checkpoints import checkpoint_paths
+    from keras_transformer.training.run import load_run
+
+    checkpoint_dir = Path(model_dir) / "checkpoints"
+    paths = checkpoint_paths(checkpoint_dir)
+    timestamps = list(tf.train.get_checkpoint_state(str(checkpoint_dir)).all_model_checkpoint_timestamps)
+    if len(timestamps) != len(paths):
+        timestamps = [Path(f"{path}.index").stat().st_mtime for path in paths]
+    chosen = [i for i in range(len(paths)) if i % every == (len(paths) - 1) % every]
+    model, tokenizer, config = load_run(model_dir, checkpoint=paths[chosen[0]])
+    translator = Translator(model, tokenizer, method, batch_size=batch_size, **make_search_options(config, method, **search_options))
+    pairs = list(pairs)
+    sources = [source for source, _ in pairs]
+    references = [reference for _, reference in pairs]
+    results = []
+    for i in chosen:
+        tf.train.Checkpoint(model=model).read(paths[i]).expect_partial().assert_existing_objects_matched()
+        hypotheses, _ = translator(sources)
+        scores = score_corpus(hypotheses, references, lowercase=lowercase, tokenize=tokenize)
+        results.append(CheckpointScore(checkpoint_step(paths[i]), float(timestamps[i]), paths[i], scores))
+    return results

@@ -19,7 +19,13 @@ from keras_transformer.visualization.attention import (
     plot_attention,
     plot_attention_heads,
 )
-from keras_transformer.visualization.curves import Scalars, plot_training_curves, read_run_scalars, read_scalars
+from keras_transformer.visualization.curves import (
+    Scalars,
+    plot_training_curves,
+    read_run_scalars,
+    read_scalars,
+    write_scalar_events,
+)
 
 __all__ = [
     "KINDS",
@@ -32,4 +38,5 @@ __all__ = [
     "plot_training_curves",
     "read_run_scalars",
     "read_scalars",
+    "write_scalar_events",
 ]

@@ -85,28 +85,72 @@ def read_scalars(log_dir):
     return result
 
 
+def write_scalar_events(log_dir, records):
+    """Write scalars with given wall times as a TensorBoard event file in `log_dir`.
+
+    `tf.summary` stamps each value with the time it is written; scores computed after
+    training (e.g. BLEU of each checkpoint) need the time their checkpoint was saved
+    instead, so they are written here as raw `Event` records. Event files already in
+    `log_dir` are replaced.
+
+    Args:
+        log_dir: the directory, e.g. `<run>/logs/checkpoints`.
+        records: `(step, wall_time, {tag: value})` tuples.
+
+    Returns:
+        the written event file's path.
+    """
+    import socket
+
+    import tensorflow as tf
+
+    records = sorted(records, key=lambda record: record[0])
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("events.out.tfevents.*"):
+        old.unlink()
+    first = records[0][1] if records else 0.0
+    path = log_dir / f"events.out.tfevents.{int(first)}.{socket.gethostname()}"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(tf.compat.v1.Event(wall_time=first, file_version="brain.Event:2").SerializeToString())
+        for step, wall_time, values in records:
+            summary = tf.compat.v1.Summary(
+                value=[tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()]
+            )
+            event = tf.compat.v1.Event(wall_time=float(wall_time), step=int(step), summary=summary)
+            writer.write(event.SerializeToString())
+    return path
+
+
+LOGS = ("train", "validation", "checkpoints")
+"""Log directories of a run: the trainer's two, and checkpoint scores written afterwards."""
+
+
 def read_run_scalars(model_dir):
-    """`{"train": {tag: Scalars}, "validation": {tag: Scalars}}` of a run directory."""
+    """`{"train": {...}, "validation": {...}, "checkpoints": {...}}` (`{tag: Scalars}` each) of a run directory."""
     logs = Path(model_dir) / "logs"
     if not logs.is_dir():
         raise FileNotFoundError(f"No TensorBoard logs in {model_dir} (expected {logs})")
-    return {name: read_scalars(logs / name) for name in ("train", "validation")}
+    return {name: read_scalars(logs / name) for name in LOGS}
 
 
 PANELS = (
     ("loss", (("train", "loss", "training loss"), ("validation", "loss", "validation loss")), "loss (label-smoothed)"),
     ("learning rate", (("train", "learning_rate", "learning rate"),), "learning rate"),
+    ("validation BLEU", (("checkpoints", "bleu", "BLEU"), ("checkpoints", "chrf", "chrF")), "score"),
     ("throughput", (("train", "tokens_per_second", "tokens / s"),), "target tokens / s"),
 )
 """The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
 
 
-def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(13.5, 7.0)):
-    """Plot loss, validation loss, learning rate and throughput against step and wall time.
+def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0)):
+    """Plot loss, validation loss, learning rate, validation BLEU and throughput against step and wall time.
 
     The top row has the training step on the x axis, the bottom row the wall-clock time
     since the first logged event (minutes). Wall time includes validation and checkpoint
-    pauses, and the idle time between an interrupted run and its resumption.
+    pauses, and the idle time between an interrupted run and its resumption. The BLEU
+    panel shows the scores `experiments/score_checkpoints.py` wrote to `logs/checkpoints`
+    (at the times the checkpoints were saved), or "not logged".
 
     Args:
         model_dir: a run directory with `logs/train` and `logs/validation`.
@@ -145,7 +189,7 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(13.5, 7.
                 if series is None or not len(series):
                     continue
                 x = series.steps if row == 0 else (series.wall_times - start) / 60.0
-                marker = "o" if log == "validation" or len(series) < 20 else None
+                marker = "o" if log != "train" or len(series) < 20 else None
                 ax.plot(x, series.values, marker=marker, markersize=4, label=legend)
                 plotted = True
             if not plotted:

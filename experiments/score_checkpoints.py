@@ -1,0 +1,62 @@
+"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time curves.
+
+    python experiments/score_checkpoints.py --model_dir=runs/multi30k_en_de \
+        --dataset=multi30k --data_dir=../shared/data/multi30k --split=val \
+        --plot=runs/multi30k_en_de/curves.png
+
+Decodes greedily by default (cheap, and enough to follow progress). Writes BLEU and chrF
+as TensorBoard scalars to `<run>/logs/checkpoints`, stamped with each checkpoint's save
+time, so TensorBoard and `--plot` show validation BLEU against step and wall-clock time.
+Train with `--keep_checkpoints` large enough to keep the checkpoints you want scored.
+"""
+
+from absl import app, flags
+
+from keras_transformer import cli
+from keras_transformer.data.sources import load_pairs
+from keras_transformer.evaluation import default_tokenize, score_checkpoints
+from keras_transformer.visualization import plot_training_curves, write_scalar_events
+
+flags.DEFINE_string("model_dir", None, "Run directory whose checkpoints to score.", required=True)
+cli.define_corpus_flags(split="val")
+cli.define_search_flags()
+flags.FLAGS.set_default("method", "greedy")
+flags.DEFINE_integer("every", 1, "Score every this-many-th checkpoint (the latest always).")
+cli.define_scoring_flags()
+flags.DEFINE_string("plot", None, "Also write the run's training curves (with the BLEU panel) to this PNG.")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)
+    if FLAGS.max_sentences:
+        pairs = pairs[: FLAGS.max_sentences]
+    results = score_checkpoints(
+        FLAGS.model_dir,
+        pairs,
+        method=FLAGS.method,
+        batch_size=FLAGS.batch_size,
+        lowercase=FLAGS.lowercase,
+        tokenize=FLAGS.tokenize or default_tokenize(FLAGS.dataset),
+        every=FLAGS.every,
+        beam_size=FLAGS.beam_size,
+        length_penalty=FLAGS.length_penalty,
+        max_output_offset=FLAGS.max_output_offset,
+    )
+    records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
+    events = write_scalar_events(f"{FLAGS.model_dir}/logs/checkpoints", records)
+    start = results[0].wall_time
+    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {FLAGS.method} search")
+    print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")
+    for r in results:
+        print(f"{r.step:>7d} {(r.wall_time - start) / 60:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")
+    print(results[-1].scores.bleu_signature)
+    print(f"TensorBoard scalars: {events}")
+    if FLAGS.plot:
+        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

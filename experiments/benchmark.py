@@ -48,6 +48,8 @@ flags.DEFINE_bool("jit_compile", False, "Compile both training steps with XLA.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
 flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
+flags.DEFINE_integer("saved_model_sentences", None, "Row d: translate only this many test sentences with the SavedModel (default: all).")
+flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only row d).")
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 
 FLAGS = flags.FLAGS
@@ -77,7 +79,27 @@ def real_lengths(batches):
 
 def main(argv):
     del argv
+    if not FLAGS.training and not FLAGS.model_dir:
+        raise app.UsageError("--notraining leaves only row d, which needs --model_dir.")
     keras.utils.set_random_seed(FLAGS.seed)
+    rows = training_rows() if FLAGS.training else []
+    if FLAGS.model_dir:
+        rows.extend(decoding_rows(FLAGS.model_dir))
+
+    print()
+    print(f"{'measurement':52s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}")
+    for name, ours_value, peer_value, ratio, target in rows:
+        mark = "ok" if ratio >= target else "MISSED"
+        print(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}")
+    print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
+    if FLAGS.plot:
+        plot_ratios(rows, FLAGS.plot)
+        print(f"plot: {FLAGS.plot}")
+    print(f"machine: {tf.config.list_physical_devices()} ; precision {FLAGS.precision} ; jit_compile {FLAGS.jit_compile}")
+
+
+def training_rows():
+    """Rows a-c: our model and pipeline against the keras-hub peer."""
     pairs = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "train", data_dir=FLAGS.data_dir)
     config = cli.config_from_flags()
     with tempfile.TemporaryDirectory() as workdir:
@@ -115,20 +137,7 @@ def main(argv):
     source_lengths, target_lengths = real_lengths(bucketed)
     achieved = training_flops(config, source_lengths, target_lengths) / ours_seconds
     rows.append(("c. MFU: training FLOP/s / matmul FLOP/s", achieved / 1e9, peak / 1e9, achieved / peak, 0.60))
-
-    if FLAGS.model_dir:
-        rows.extend(decoding_rows(FLAGS.model_dir))
-
-    print()
-    print(f"{'measurement':52s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}")
-    for name, ours_value, peer_value, ratio, target in rows:
-        mark = "ok" if ratio >= target else "MISSED"
-        print(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}")
-    print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
-    if FLAGS.plot:
-        plot_ratios(rows, FLAGS.plot)
-        print(f"plot: {FLAGS.plot}")
-    print(f"machine: {tf.config.list_physical_devices()} ; precision {policy} ; jit_compile {FLAGS.jit_compile}")
+    return rows
 
 
 def plot_ratios(rows, path):
@@ -169,11 +178,12 @@ def decoding_rows(model_dir):
     )
     rows = [("d. beam 4 sentences/s, cached vs recompute", cached.sentences_per_second,
              recompute.sentences_per_second, recompute.seconds / cached.seconds, 10.0)]
+    sources = sources[: FLAGS.saved_model_sentences] if FLAGS.saved_model_sentences else sources
     with tempfile.TemporaryDirectory() as export_dir:
         result = export_saved_model(Translator(model, tokenizer, beam_size=4), export_dir, name="benchmark",
                                     verify=False, check_ops=False)
         translate = SavedModelTranslator(str(result.path), batch_size=64)
-        translate(sources[:64])  # warm-up
+        translate(sources[:64])  # warm-up (the first call loads the graph)
         start = time.perf_counter()
         translate(sources)
         seconds = time.perf_counter() - start

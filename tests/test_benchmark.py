@@ -33,3 +33,15 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
+
+
+def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
+    result = run_script(
+        "benchmark.py", f"--data_dir={multi30k_dir}", "--notraining", f"--model_dir={trained_run}",
+        "--decode_sentences=4", "--saved_model_sentences=6",
+    )
+    assert "d. beam 4 sentences/s, cached vs recompute" in result.stdout
+    assert "d. SavedModel, 6 test sentences, beam 4 (s)" in result.stdout
+    assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
+    result = run_script("benchmark.py", "--notraining", check=False)
+    assert result.returncode != 0 and "needs --model_dir" in result.stderr

@@ -197,6 +197,23 @@ PRESETS = {
             train_steps=600,
         ),
     ),
+    "multi30k": (
+        "Multi30k recipe for a 2-core CPU (docs/results.md): the tiny architecture (Wu et al. 2021's "
+        "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
+        dict(
+            vocabulary_size=8000,
+            num_encoder_layers=4,
+            num_decoder_layers=4,
+            hidden_dim=128,
+            intermediate_dim=256,
+            num_heads=4,
+            max_length=128,
+            dropout=0.2,
+            warmup_steps=800,
+            learning_rate_scale=1.0,
+            train_steps=3000,
+        ),
+    ),
     "small": (
         "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",
         dict(

@@ -350,19 +350,3 @@ def test_docs_quick_start_runs():
     assert tuple(namespace["token_ids"].shape) == (2, 6 + 10)
     assert tuple(namespace["nbest_ids"].shape) == (2, 4, 6 + 10)
     assert tuple(namespace["samples"].shape) == (2, 6 + 10)
-
-
-@pytest.mark.parametrize("written", [1, 3, 4, 10])  # 3 * written < 10: prefix only; else whole rows
-def test_reorder_gathers_the_written_slots(written):
-    from keras_transformer.decoding.steps import gather_written_rows, reorder_cache
-
-    buffer = tf.random.stateless_normal([6, 2, 10, 3], seed=[1, 2])
-    indices = tf.constant([1, 1, 0, 5, 5, 3])
-    reordered = tf.function(gather_written_rows)(tf.identity(buffer), indices, tf.constant(written))
-    np.testing.assert_array_equal(reordered[:, :, :written], tf.gather(buffer, indices)[:, :, :written])
-    if 3 * written < 10:  # the unwritten slots keep their (stale) values
-        np.testing.assert_array_equal(reordered[:, :, written:], buffer[:, :, written:])
-    cache = ({"self": {"key": buffer, "value": buffer}, "cross": {"key": buffer}},)
-    result = reorder_cache(cache, indices, tf.constant(written))
-    assert result[0]["cross"]["key"] is buffer  # shared across beams: not gathered
-    np.testing.assert_array_equal(result[0]["self"]["value"][:, :, :written], reordered[:, :, :written])

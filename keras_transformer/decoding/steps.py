@@ -35,57 +35,22 @@ def tile_rows(tensor, num_copies):
     return tf.repeat(tensor, num_copies, axis=0)
 
 
-def reorder_cache(cache, indices, written=None):
+def reorder_cache(cache, indices):
     """Gather every tensor of a decoder cache along axis 0 by `indices`.
 
     Sub-structures under a `"cross"` key (encoder-decoder keys/values) are left alone:
     they are identical for all beams of a sentence and `indices` never cross sentences,
     so gathering them would only copy memory.
 
-    Args:
-        cache: the nested cache (self-attention buffers `(N, H, L, D)`).
-        indices: `(N,)` parent row of every new row.
-        written: optional int scalar, how many leading slots of the buffers hold keys and
-            values (`index + 1` after step `index`); the other slots are rewritten before
-            they are read. Outside XLA the buffers then gather only those slots (see
-            `gather_written_rows`).
+    The self-attention buffers are gathered whole: a row of a `(N, H, L, D)` buffer is
+    contiguous, so this is one memory copy per row, cheaper on CPU than gathering only
+    the written slots and writing them back (both are strided copies).
     """
     if isinstance(cache, dict):
-        return {key: value if key == "cross" else reorder_cache(value, indices, written) for key, value in cache.items()}
+        return {key: value if key == "cross" else reorder_cache(value, indices) for key, value in cache.items()}
     if isinstance(cache, (list, tuple)):
-        return type(cache)(reorder_cache(value, indices, written) for value in cache)
-    if written is None or in_xla_context() or cache.shape.rank != 4:
-        return tf.gather(cache, indices, axis=0)
-    return gather_written_rows(cache, indices, written)
-
-
-def gather_written_rows(buffer, indices, written):
-    """`buffer` `(N, H, L, D)` with rows gathered by `indices` in the first `written` slots.
-
-    Slots from `written` on are left as they are (stale), which is correct for a decoding
-    buffer whose later slots are written before they are read. Gathering whole rows copies
-    `L` slots per row; gathering the written prefix costs a slice, a gather and an in-place
-    write (`TensorStridedSliceUpdate`) of `written` slots each, so it is used while
-    `3 * written < L`: short outputs in a buffer sized for the longest allowed output
-    (source length + 50) copy a fraction of the buffer.
-    """
-
-    def prefix():
-        rows = tf.gather(buffer[:, :, :written], indices, axis=0)  # (N, H, written, D)
-        return tf.raw_ops.TensorStridedSliceUpdate(
-            input=buffer,
-            begin=tf.zeros([4], tf.int32),
-            end=tf.stack([0, 0, written, 0]),
-            strides=tf.ones([4], tf.int32),
-            value=rows,
-            begin_mask=0b1111,
-            end_mask=0b1011,  # all of axes 0, 1 and 3
-        )
-
-    def whole():
-        return tf.gather(buffer, indices, axis=0)
-
-    return tf.cond(3 * written < tf.shape(buffer)[2], prefix, whole)
+        return type(cache)(reorder_cache(value, indices) for value in cache)
+    return tf.gather(cache, indices, axis=0)
 
 
 def _shares_cross_cache(model):
@@ -125,17 +90,15 @@ class CachedStep:
         else:
             cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
             source_mask = tile_rows(source_mask, num_copies)
-        # `written`: leading buffer slots that hold keys/values (reorders copy only those).
-        return {"cache": cache, "source_mask": source_mask, "written": tf.constant(0, tf.int32)}
+        return {"cache": cache, "source_mask": source_mask}
 
     def step(self, state, target_ids, index):
         tokens = tf.gather(target_ids, index[None], axis=1)  # (N, 1)
         logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"])
-        new_state = {"cache": cache, "source_mask": state["source_mask"], "written": tf.cast(index, tf.int32) + 1}
-        return tf.cast(logits[:, 0, :], tf.float32), new_state
+        return tf.cast(logits[:, 0, :], tf.float32), {"cache": cache, "source_mask": state["source_mask"]}
 
     def reorder(self, state, indices):
-        return {**state, "cache": reorder_cache(state["cache"], indices, state["written"])}
+        return {"cache": reorder_cache(state["cache"], indices), "source_mask": state["source_mask"]}
 
 
 def _map_non_cross(cache, fn):

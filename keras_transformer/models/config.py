@@ -157,6 +157,17 @@ class TransformerConfig:
 
 # Each preset: its description and the fields it changes from the defaults (= "base").
 # Table 3 rows keep base's other settings; rows (A) keep h * d_k = d_model (constant compute).
+# 4+4 layers, d_model 128, d_ff 256, 4 heads: the CPU presets `tiny` and `multi30k`.
+_TINY_ARCHITECTURE = dict(
+    vocabulary_size=8000,
+    num_encoder_layers=4,
+    num_decoder_layers=4,
+    hidden_dim=128,
+    intermediate_dim=256,
+    num_heads=4,
+    max_length=128,
+)
+
 PRESETS = {
     "base": ("Transformer (base), Table 3 first row: ~65M parameters", {}),
     "big": (
@@ -184,35 +195,12 @@ PRESETS = {
     "tiny": (
         "CPU preset: 4+4 layers, d_model 128, d_ff 256, 4 heads; a short schedule (600 steps, "
         "peak learning rate ~2.2e-3) that learns the embedded task in minutes",
-        dict(
-            vocabulary_size=8000,
-            num_encoder_layers=4,
-            num_decoder_layers=4,
-            hidden_dim=128,
-            intermediate_dim=256,
-            num_heads=4,
-            max_length=128,
-            warmup_steps=200,
-            learning_rate_scale=0.35,
-            train_steps=600,
-        ),
+        dict(**_TINY_ARCHITECTURE, warmup_steps=200, learning_rate_scale=0.35, train_steps=600),
     ),
     "multi30k": (
         "Multi30k recipe for a 2-core CPU (docs/results.md): the tiny architecture (Wu et al. 2021's "
         "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
-        dict(
-            vocabulary_size=8000,
-            num_encoder_layers=4,
-            num_decoder_layers=4,
-            hidden_dim=128,
-            intermediate_dim=256,
-            num_heads=4,
-            max_length=128,
-            dropout=0.2,
-            warmup_steps=800,
-            learning_rate_scale=1.0,
-            train_steps=3000,
-        ),
+        dict(**_TINY_ARCHITECTURE, dropout=0.2, warmup_steps=800, learning_rate_scale=1.0, train_steps=3000),
     ),
     "small": (
         "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",

@@ -238,7 +238,7 @@ def score_checkpoints(
     """
     import tensorflow as tf
 
-    from keras_transformer.training.checkpoints import checkpoint_paths
+    from keras_transformer.training.checkpoints import checkpoint_paths, read_model_weights
     from keras_transformer.training.run import load_run
 
     checkpoint_dir = Path(model_dir) / "checkpoints"
@@ -254,7 +254,7 @@ def score_checkpoints(
     references = [reference for _, reference in pairs]
     results = []
     for i in chosen:
-        tf.train.Checkpoint(model=model).read(paths[i]).expect_partial().assert_existing_objects_matched()
+        read_model_weights(model, paths[i])
         hypotheses, _ = translator(sources)
         scores = score_corpus(hypotheses, references, lowercase=lowercase, tokenize=tokenize)
         results.append(CheckpointScore(checkpoint_step(paths[i]), float(timestamps[i]), paths[i], scores))

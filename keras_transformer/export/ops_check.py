@@ -97,7 +97,7 @@ from tensorflow.python.framework import op_def_registry
 origins = {name: "tensorflow" for name in names if op_def_registry.get(name) is not None}
 try:
     load_sentencepiece_ops()
-except ImportError:
+except ImportError:  # without tensorflow_text the Sentencepiece* ops stay "unregistered" (not allowed)
     pass
 for name in names:
     if name not in origins and name.startswith("''' + TEXT_OP_PREFIX + r'''") and op_def_registry.get(name) is not None:

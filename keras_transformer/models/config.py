@@ -155,8 +155,6 @@ class TransformerConfig:
         return cls().replace(**values)
 
 
-# Each preset: its description and the fields it changes from the defaults (= "base").
-# Table 3 rows keep base's other settings; rows (A) keep h * d_k = d_model (constant compute).
 # 4+4 layers, d_model 128, d_ff 256, 4 heads: the CPU presets `tiny` and `multi30k`.
 _TINY_ARCHITECTURE = dict(
     vocabulary_size=8000,
@@ -168,6 +166,8 @@ _TINY_ARCHITECTURE = dict(
     max_length=128,
 )
 
+# Each preset: its description and the fields it changes from the defaults (= "base").
+# Table 3 rows keep base's other settings; rows (A) keep h * d_k = d_model (constant compute).
 PRESETS = {
     "base": ("Transformer (base), Table 3 first row: ~65M parameters", {}),
     "big": (

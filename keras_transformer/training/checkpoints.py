@@ -15,6 +15,15 @@ def checkpoint_paths(checkpoint_dir, last=None):
     return paths[-last:] if last else paths
 
 
+def read_model_weights(model, path):
+    """Load the model weights of a trainer checkpoint (`tf.train.Checkpoint(model=...)`) into `model`.
+
+    Optimizer state in the checkpoint is ignored; every model variable must be found.
+    """
+    tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+    return model
+
+
 def average_checkpoints(model, paths):
     """Set `model`'s variables to the element-wise mean over the checkpoints at `paths`.
 
@@ -35,7 +44,7 @@ def average_checkpoints(model, paths):
     variables = [v for v in model.weights if "float" in str(v.dtype)]
     sums = [np.zeros(v.shape, dtype=np.float64) for v in variables]
     for path in paths:
-        tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+        read_model_weights(model, path)
         for total, variable in zip(sums, variables):
             total += np.asarray(variable.numpy(), dtype=np.float64)
     for total, variable in zip(sums, variables):

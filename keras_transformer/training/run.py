@@ -135,7 +135,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
         checkpoint.
     """
     from keras_transformer.models.transformer import Transformer
-    from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths
+    from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths, read_model_weights
 
     model_dir = Path(model_dir)
     config, _ = read_run_config(model_dir)
@@ -149,5 +149,5 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
         checkpoint = checkpoint or tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
         if not checkpoint:
             raise ValueError(f"No checkpoint in {model_dir / 'checkpoints'}")
-        tf.train.Checkpoint(model=model).read(str(checkpoint)).expect_partial().assert_existing_objects_matched()
+        read_model_weights(model, checkpoint)
     return model, Tokenizer(tokenizer_path), config

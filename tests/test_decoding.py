@@ -350,3 +350,56 @@ def test_docs_quick_start_runs():
     assert tuple(namespace["token_ids"].shape) == (2, 6 + 10)
     assert tuple(namespace["nbest_ids"].shape) == (2, 4, 6 + 10)
     assert tuple(namespace["samples"].shape) == (2, 6 + 10)
+
+
+class _RecordingStep:
+    """Delegates to a step object and records how many decoder rows every step computes."""
+
+    def __init__(self, step, can_drop_sentences):
+        self.inner, self.can_drop_sentences, self.rows = step, can_drop_sentences, []
+
+    def initialize(self, source_ids, buffer_size, num_copies=1):
+        return self.inner.initialize(source_ids, buffer_size, num_copies)
+
+    def step(self, state, target_ids, index):
+        self.rows.append(int(target_ids.shape[0]))
+        return self.inner.step(state, target_ids, index)
+
+    def reorder(self, state, indices, **kwargs):
+        return self.inner.reorder(state, indices, **kwargs)
+
+
+class _UnsharedCrossCache:
+    """A model whose decoder wants encoder-decoder keys/values tiled to every beam row."""
+
+    supports_shared_cross_cache = False
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+@pytest.mark.parametrize("kind", ["cached", "cached_tiled_cross", "recompute"])
+def test_beam_search_stops_computing_done_sentences(copy_model, kind):
+    from keras_transformer.decoding.steps import CachedStep, RecomputeStep
+
+    def make():
+        return {
+            "cached": lambda: CachedStep(copy_model),
+            "cached_tiled_cross": lambda: CachedStep(_UnsharedCrossCache(copy_model)),
+            "recompute": lambda: RecomputeStep(copy_model),
+        }[kind]()
+
+    options = dict(beam_size=3, num_return=2, max_output_offset=6)
+    dropping, keeping = _RecordingStep(make(), True), _RecordingStep(make(), False)
+    dropped_ids, dropped_scores = beam_search(dropping, SOURCES, **options)
+    kept_ids, kept_scores = beam_search(keeping, SOURCES, **options)
+    np.testing.assert_array_equal(dropped_ids, kept_ids)
+    np.testing.assert_allclose(dropped_scores, kept_scores, rtol=1e-5, atol=1e-6)
+    assert set(keeping.rows) == {12}  # 4 sentences x 3 beams, every step
+    # Done sentences leave the working set: fewer rows, never more, never a sentence split.
+    assert dropping.rows[0] == 12 and dropping.rows[-1] < 12
+    assert all(a >= b and b % 3 == 0 for a, b in zip(dropping.rows, dropping.rows[1:]))
+    assert sum(dropping.rows) < sum(keeping.rows)

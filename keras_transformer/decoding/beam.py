@@ -32,6 +32,7 @@ import tensorflow as tf
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.decoding.lengths import BOS_ID, EOS_ID
 from keras_transformer.decoding.steps import make_step
+from keras_transformer.layers.tracing import in_xla_context
 
 _NEG_INF = -math.inf
 
@@ -106,63 +107,101 @@ def beam_search(
     k = beam_size
 
     state = step_fn.initialize(source_ids, buffer_size, num_copies=k)  # rows b * K + beam
+    # Sentences that are done leave the working set (their decoder rows are no longer
+    # computed) when the step can drop them; under XLA shapes must stay static.
+    compact = bool(getattr(step_fn, "can_drop_sentences", False)) and not in_xla_context()
+    active = tf.range(batch_size)  # (A,): the sentences still searched, A <= B
     alive_ids = tf.concat(
         [tf.fill([batch_size, k, 1], BOS_ID), tf.zeros([batch_size, k, buffer_size], tf.int32)], axis=2
-    )  # (B, K, L + 1)
+    )  # (A, K, L + 1)
     # Only beam 0 is alive at first, so the first step does not expand K copies of BOS.
-    alive_log_probs = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])  # (B, K)
+    alive_log_probs = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])  # (A, K)
     finished_ids = tf.zeros_like(alive_ids)  # (B, K, L + 1)
     finished_scores = tf.fill([batch_size, k], _NEG_INF)  # (B, K)
     done = tf.less_equal(limits, 0)  # (B,)
     best_possible_penalty = lengths_lib.length_penalty(limits, alpha)  # (B,) lp(limit)
     width = tf.shape(alive_ids)[2]
     slots = tf.range(width)  # (L + 1,)
-    row_offsets = tf.range(batch_size)[:, None] * k  # (B, 1)
     in_first_k = (tf.range(2 * k) < k)[None, :]  # (1, 2K)
 
-    def cond(index, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
+    def cond(index, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
         return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(done)))
 
-    def body(index, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
-        flat_ids = tf.reshape(alive_ids, [-1, width])  # (N, L + 1)
-        logits, state = step_fn.step(state, flat_ids, index)  # (N, V)
+    def body(index, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
+        num_active = tf.shape(active)[0]
+        flat_ids = tf.reshape(alive_ids, [-1, width])  # (A * K, L + 1)
+        logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V)
         log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # not renormalized
         vocabulary_size = log_probs.shape[-1] or tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [batch_size, k, vocabulary_size])  # (B, K, V)
+        log_probs = tf.reshape(log_probs, [num_active, k, vocabulary_size])  # (A, K, V)
+        active_done = tf.gather(done, active)  # (A,)
+        active_limits = tf.gather(limits, active)  # (A,)
 
         # 1. the 2K best one-token extensions
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch_size, -1])  # (B, K * V)
-        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # (B, 2K)
-        parents = top_indices // vocabulary_size  # (B, 2K)
-        tokens = top_indices % vocabulary_size  # (B, 2K)
-        top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (B, 2K, L + 1)
+        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [num_active, -1])  # (A, K * V)
+        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # (A, 2K)
+        parents = top_indices // vocabulary_size  # (A, 2K)
+        tokens = top_indices % vocabulary_size  # (A, 2K)
+        top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (A, 2K, L + 1)
         top_ids = tf.where(tf.equal(slots, index + 1)[None, None, :], tokens[:, :, None], top_ids)
-        valid = (top_log_probs > _NEG_INF) & tf.logical_not(done)[:, None]
-        ended = tf.equal(tokens, EOS_ID) | (index + 1 >= limits)[:, None]
+        valid = (top_log_probs > _NEG_INF) & tf.logical_not(active_done)[:, None]
+        ended = tf.equal(tokens, EOS_ID) | (index + 1 >= active_limits)[:, None]
 
         # 2. finished: merge the new ones (ranked in the first K) into the finished set
-        normalized = top_log_probs / lengths_lib.length_penalty(index + 1, alpha)  # (B, 2K)
+        normalized = top_log_probs / lengths_lib.length_penalty(index + 1, alpha)  # (A, 2K)
         new_scores = tf.where(valid & ended & in_first_k, normalized, _NEG_INF)
-        merged_scores = tf.concat([finished_scores, new_scores], axis=1)  # (B, 3K)
-        merged_ids = tf.concat([finished_ids, top_ids], axis=1)  # (B, 3K, L + 1)
-        finished_scores, picked = tf.math.top_k(merged_scores, k=k)  # (B, K), sorted
-        finished_ids = tf.gather(merged_ids, picked, batch_dims=1)
+        merged_scores = tf.concat([tf.gather(finished_scores, active), new_scores], axis=1)  # (A, 3K)
+        merged_ids = tf.concat([tf.gather(finished_ids, active), top_ids], axis=1)  # (A, 3K, L + 1)
+        active_scores, picked = tf.math.top_k(merged_scores, k=k)  # (A, K), sorted
+        rows = active[:, None]
+        finished_scores = tf.tensor_scatter_nd_update(finished_scores, rows, active_scores)
+        finished_ids = tf.tensor_scatter_nd_update(finished_ids, rows, tf.gather(merged_ids, picked, batch_dims=1))
 
         # 3. alive: the K best that did not end; the cache follows their parents
         continuing = tf.where(valid & tf.logical_not(ended), top_log_probs, _NEG_INF)
-        alive_log_probs, picked = tf.math.top_k(continuing, k=k)  # (B, K)
-        alive_ids = tf.gather(top_ids, picked, batch_dims=1)  # (B, K, L + 1)
-        parent_rows = tf.gather(parents, picked, batch_dims=1) + row_offsets  # (B, K)
-        state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]))
+        alive_log_probs, picked = tf.math.top_k(continuing, k=k)  # (A, K)
+        alive_ids = tf.gather(top_ids, picked, batch_dims=1)  # (A, K, L + 1)
+        parent_rows = tf.gather(parents, picked, batch_dims=1) + tf.range(num_active)[:, None] * k  # (A, K)
 
         # 4. early stopping: can any alive hypothesis still beat the num_return-th finished?
-        bound = tf.reduce_max(alive_log_probs, axis=1) / best_possible_penalty  # (B,)
-        done = done | (finished_scores[:, num_return - 1] >= bound)
-        alive_log_probs = tf.where(done[:, None], _NEG_INF, alive_log_probs)
-        return index + 1, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
+        bound = tf.reduce_max(alive_log_probs, axis=1) / tf.gather(best_possible_penalty, active)  # (A,)
+        active_done = active_done | (active_scores[:, num_return - 1] >= bound)
+        done = tf.tensor_scatter_nd_update(done, rows, active_done)
+        if compact:  # keep the sentences that go on (A' <= A), and their decoder rows
+            keep = tf.cast(tf.reshape(tf.where(tf.logical_not(active_done)), [-1]), tf.int32)  # (A',)
+            active, alive_ids, alive_log_probs, parent_rows = (
+                tf.gather(tensor, keep) for tensor in (active, alive_ids, alive_log_probs, parent_rows)
+            )
+            state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]), sentences=keep)
+        else:
+            alive_log_probs = tf.where(active_done[:, None], _NEG_INF, alive_log_probs)
+            state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]))
+        return index + 1, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
 
-    loop_vars = (tf.constant(0, tf.int32), alive_ids, alive_log_probs, finished_ids, finished_scores, done, state)
-    _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(cond, body, loop_vars)
+    loop_vars = (tf.constant(0, tf.int32), active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state)
+    shape_invariants = None
+    if compact:  # the working set's leading axis shrinks; the full-batch results keep theirs
+
+        def fixed(structure):
+            return tf.nest.map_structure(lambda tensor: tensor.shape, structure)
+
+        def varying(structure):
+            return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(tensor.shape[1:]), structure)
+
+        index, *_ = loop_vars
+        shape_invariants = (
+            fixed(index),
+            varying(active),
+            varying(alive_ids),
+            varying(alive_log_probs),
+            fixed(finished_ids),
+            fixed(finished_scores),
+            fixed(done),
+            varying(state),
+        )
+    _, _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(
+        cond, body, loop_vars, shape_invariants=shape_invariants
+    )
     return finished_ids[:, :num_return, 1:], finished_scores[:, :num_return]
 
 

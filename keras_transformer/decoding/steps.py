@@ -15,6 +15,11 @@ this small interface and never call the model directly:
 * `reorder(state, indices)` -> `state`: follow the beam parents; `indices (N,)` picks,
   for every new row, the row it continues. Indices never cross sentences.
 
+A step that sets `can_drop_sentences = True` also takes `reorder(state, indices,
+sentences)`: `sentences (A',)` lists the sentences (positions in the current rows'
+sentence order) that go on, `indices (A' * K,)` their new rows; beam search then stops
+computing the sentences that are done.
+
 `CachedStep` feeds one token per step through `model.decode_step` with the preallocated
 key/value buffer from `model.init_cache`; `RecomputeStep` re-runs the whole decoder
 (`model.decode`) over the prefix every step, the uncached baseline.
@@ -46,17 +51,18 @@ def reorder_cache(cache, indices):
     contiguous, so this is one memory copy per row, cheaper on CPU than gathering only
     the written slots and writing them back (both are strided copies).
     """
-    if isinstance(cache, dict):
-        return {key: value if key == "cross" else reorder_cache(value, indices) for key, value in cache.items()}
-    if isinstance(cache, (list, tuple)):
-        return type(cache)(reorder_cache(value, indices) for value in cache)
-    return tf.gather(cache, indices, axis=0)
+    return _map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
 
 
 def _shares_cross_cache(model):
     """Whether `model.decode_step` accepts encoder-decoder caches (and source masks) with
     one row per sentence while the tokens have one row per copy (see `CachedStep`)."""
     return bool(getattr(model, "supports_shared_cross_cache", False))
+
+
+def _select_sentences(structure, sentences):
+    """Gather every tensor of `structure` along axis 0 by `sentences` (one row per sentence)."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, sentences, axis=0), structure)
 
 
 class CachedStep:
@@ -74,6 +80,8 @@ class CachedStep:
         model: exposes `encode`, `init_cache` and `decode_step` like `Transformer`.
     """
 
+    can_drop_sentences = True
+
     def __init__(self, model):
         self.model = model
 
@@ -86,7 +94,7 @@ class CachedStep:
             return tf.nest.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
 
         if shared:  # tile only the self-attention buffers
-            cache = _map_non_cross(cache, tile)
+            cache = _map_cache(cache, tile, cross=False)
         else:
             cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
             source_mask = tile_rows(source_mask, num_copies)
@@ -97,17 +105,29 @@ class CachedStep:
         logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"])
         return tf.cast(logits[:, 0, :], tf.float32), {"cache": cache, "source_mask": state["source_mask"]}
 
-    def reorder(self, state, indices):
-        return {"cache": reorder_cache(state["cache"], indices), "source_mask": state["source_mask"]}
+    def reorder(self, state, indices, sentences=None):
+        cache, source_mask = reorder_cache(state["cache"], indices), state["source_mask"]
+        if sentences is not None:
+            if _shares_cross_cache(self.model):  # one row per sentence
+                cache = _map_cache(cache, lambda cross: _select_sentences(cross, sentences), cross=True)
+                source_mask = tf.gather(source_mask, sentences)
+            else:  # one row per copy, like the self-attention buffers
+                cache = _map_cache(cache, lambda cross: reorder_cache(cross, indices), cross=True)
+                source_mask = tf.gather(source_mask, indices)
+        return {"cache": cache, "source_mask": source_mask}
 
 
-def _map_non_cross(cache, fn):
-    """Apply `fn` to every sub-structure of `cache` except those under a `"cross"` key."""
+def _map_cache(cache, fn, cross):
+    """Apply `fn` to each sub-structure under a `"cross"` key (`cross=True`), or to each
+    tensor outside them (`cross=False`); the rest of `cache` is returned as it is."""
     if isinstance(cache, dict):
-        return {key: value if key == "cross" else _map_non_cross(value, fn) for key, value in cache.items()}
+        return {
+            key: (fn(value) if cross else value) if key == "cross" else _map_cache(value, fn, cross)
+            for key, value in cache.items()
+        }
     if isinstance(cache, (list, tuple)):
-        return type(cache)(_map_non_cross(value, fn) for value in cache)
-    return fn(cache)
+        return type(cache)(_map_cache(value, fn, cross) for value in cache)
+    return cache if cross else fn(cache)
 
 
 class RecomputeStep:
@@ -123,6 +143,8 @@ class RecomputeStep:
             and then decodes the whole `L`-slot buffer (causal masking makes the logits at
             `index` the same, at about twice the cost).
     """
+
+    can_drop_sentences = True
 
     def __init__(self, model, prefix_only=None):
         self.model = model
@@ -149,9 +171,12 @@ class RecomputeStep:
         logits = tf.gather(logits, position, axis=1) if not prefix_only else logits[:, -1, :]
         return tf.cast(logits, tf.float32), state
 
-    def reorder(self, state, indices):
-        del indices  # the search reorders the token prefix itself; nothing else is per beam
-        return state
+    def reorder(self, state, indices, sentences=None):
+        # The search reorders the token prefix itself; the copies of one sentence share
+        # the same encoder outputs, so only dropping sentences changes the state.
+        if sentences is None:
+            return state
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), state)
 
 
 def make_step(model, use_cache=True):

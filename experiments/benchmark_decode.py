@@ -23,6 +23,7 @@ flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: 
 flags.DEFINE_integer("max_output_offset", None, "At most source length + this many tokens (default: the config's).")
 flags.DEFINE_integer("repeats", 1, "Timed passes over the sentences per configuration (mean time).")
 flags.DEFINE_list("methods", ["greedy", "beam"], "Searches to time.")
+flags.DEFINE_bool("jit_compile", False, "Compile every search with XLA (compilation is not timed).")
 
 FLAGS = flags.FLAGS
 
@@ -46,10 +47,12 @@ def main(argv):
         methods=FLAGS.methods,
         length_penalty=length_penalty,
         max_output_offset=max_output_offset,
+        jit_compile=FLAGS.jit_compile,
     )
     print(
         f"{len(texts)} sentences of {FLAGS.dataset}/{FLAGS.split}, batch {FLAGS.batch_size}, "
-        f"length penalty {length_penalty}, max output = source length + {max_output_offset}"
+        f"length penalty {length_penalty}, max output = source length + {max_output_offset}, "
+        f"XLA {'on' if FLAGS.jit_compile else 'off'}"
     )
     print(format_speed_table(results))
 

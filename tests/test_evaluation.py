@@ -246,3 +246,22 @@ def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
         evaluate_saved_model(export_dir, pairs, signature="translate_ids")
     with pytest.raises(ValueError, match="has no signature 'nope'. Its signatures: score, serving_default"):
         evaluate_saved_model(export_dir, pairs, signature="nope")
+
+
+def test_xla_decoding_benchmark_pads_widths_and_matches_graph_mode(run_model):
+    from keras_transformer.evaluation.speed import benchmark_decoding, source_batches
+
+    model, tokenizer, _ = run_model
+    texts = ["twenty one", "four hundred thousand three", "seven", "nine hundred ninety nine thousand", "two"]
+    batches = source_batches(tokenizer, texts, 2, model.config.max_length, width_multiple=8)
+    assert [batch.shape[0] for batch in batches] == [2, 2, 1] and all(batch.shape[1] % 8 == 0 for batch in batches)
+    plain = source_batches(tokenizer, texts, 2, model.config.max_length)
+    for padded, ids in zip(batches, plain):
+        np.testing.assert_array_equal(padded[:, : ids.shape[1]], ids)
+        assert not padded[:, ids.shape[1] :].any()
+    options = dict(batch_size=2, methods=["greedy"], max_output_offset=8)
+    graph = benchmark_decoding(model, tokenizer, texts, **options)
+    xla = benchmark_decoding(model, tokenizer, texts, jit_compile=True, **options)
+    assert [(r.name, r.use_cache) for r in xla] == [("greedy", True), ("greedy", False)]
+    for result in graph + xla:
+        assert [list(row) for row in result.outputs] == [list(row) for row in graph[0].outputs]

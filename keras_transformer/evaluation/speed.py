@@ -55,13 +55,19 @@ class DecodingSpeed:
         return self.tokens / self.seconds
 
 
-def source_batches(tokenizer, texts, batch_size, max_source_length):
-    """Length-sorted batches of source ids: a list of int32 arrays `(B, S)`."""
+def source_batches(tokenizer, texts, batch_size, max_source_length, width_multiple=1):
+    """Length-sorted batches of source ids: a list of int32 arrays `(B, S)`.
+
+    With `width_multiple > 1` each batch is right-padded with PAD to a width `S` that is a
+    multiple of it (fewer distinct shapes, hence fewer XLA compilations).
+    """
     texts = sorted(texts, key=len, reverse=True)
-    return [
-        encode_source(tokenizer, texts[start : start + batch_size], max_source_length).numpy()
-        for start in range(0, len(texts), batch_size)
-    ]
+    batches = []
+    for start in range(0, len(texts), batch_size):
+        ids = encode_source(tokenizer, texts[start : start + batch_size], max_source_length).numpy()
+        extra = -ids.shape[1] % width_multiple
+        batches.append(np.pad(ids, [(0, 0), (0, extra)], constant_values=PAD_ID) if extra else ids)
+    return batches
 
 
 def _best(token_ids):
@@ -69,11 +75,17 @@ def _best(token_ids):
     return token_ids[:, 0] if token_ids.ndim == 3 else token_ids  # (B, L)
 
 
-def time_search(model, batches, method, use_cache, name=None, repeats=1, **options):
-    """Decode every batch with one search configuration; returns a `DecodingSpeed`."""
-    search_fn = make_search_fn(model, method, use_cache=use_cache, **options)
+def time_search(model, batches, method, use_cache, name=None, repeats=1, jit_compile=False, **options):
+    """Decode every batch with one search configuration; returns a `DecodingSpeed`.
+
+    The untimed warm-up traces the function on the first batch; under XLA
+    (`jit_compile=True`) it also compiles every distinct batch shape.
+    """
+    search_fn = make_search_fn(model, method, use_cache=use_cache, jit_compile=jit_compile, **options)
     start = time.perf_counter()
-    search_fn(batches[0])["token_ids"].numpy()  # trace and warm up
+    shapes = {batch.shape: batch for batch in batches} if jit_compile else {None: batches[0]}
+    for batch in shapes.values():
+        search_fn(batch)["token_ids"].numpy()  # trace (and compile) outside the timed passes
     warmup = time.perf_counter() - start
     outputs = []
     times = []
@@ -93,7 +105,15 @@ def time_search(model, batches, method, use_cache, name=None, repeats=1, **optio
 
 
 def benchmark_decoding(
-    model, tokenizer, texts, beam_size=4, batch_size=32, repeats=1, methods=("greedy", "beam"), **options
+    model,
+    tokenizer,
+    texts,
+    beam_size=4,
+    batch_size=32,
+    repeats=1,
+    methods=("greedy", "beam"),
+    jit_compile=False,
+    **options,
 ):
     """Time greedy and beam search, each with the cached and the recomputing decoder step.
 
@@ -106,6 +126,9 @@ def benchmark_decoding(
         repeats: decode the inputs this many times per configuration (the fastest pass
             counts).
         methods: among "greedy" and "beam".
+        jit_compile: compile every search with XLA. Source batches are then padded to
+            widths that are multiples of 8, and the recompute baseline decodes its whole
+            output buffer every step (XLA needs static shapes; see `RecomputeStep`).
         **options: further search options (`max_output_offset`, `length_penalty`, ...).
 
     Returns:
@@ -117,7 +140,7 @@ def benchmark_decoding(
     texts = list(texts)
     if not texts:
         raise ValueError("No sentences to decode")
-    batches = source_batches(tokenizer, texts, batch_size, model.config.max_length)
+    batches = source_batches(tokenizer, texts, batch_size, model.config.max_length, 8 if jit_compile else 1)
     results = []
     for method in methods:
         method_options = dict(options)
@@ -128,7 +151,11 @@ def benchmark_decoding(
         else:
             method_options.pop("length_penalty", None)
         for use_cache in (True, False):
-            results.append(time_search(model, batches, method, use_cache, name=name, repeats=repeats, **method_options))
+            results.append(
+                time_search(
+                    model, batches, method, use_cache, name, repeats, jit_compile=jit_compile, **method_options
+                )
+            )
     return results
 
 

@@ -31,6 +31,9 @@ flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strate
 flags.DEFINE_list("devices", None, "Devices for --strategy=mirrored (default: all GPUs, else the CPU).")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (to try MirroredStrategy without GPUs).")
 flags.DEFINE_integer("batch_tokens", 2048, "Token budget of one batch per replica (source and target each).")
+flags.DEFINE_list(
+    "bucket_boundaries", None, "Padded lengths of the length buckets, e.g. 8,12,16,20,24 (default: 8, 12, 16, 24, 32, ...)."
+)
 flags.DEFINE_integer("accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update).")
 flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Numeric precision.")
 flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
@@ -44,8 +47,6 @@ flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with ra
 
 FLAGS = flags.FLAGS
 
-# Vocabulary sizes that suit each corpus when --vocabulary_size is not given.
-DEFAULT_VOCABULARY = {"builtin": 256, "multi30k": 8000, "files": 8000, "wmt14": 37000}
 
 
 def main(argv):
@@ -55,11 +56,19 @@ def main(argv):
 
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.cpu_devices)
-    config = cli.config_from_flags(vocabulary_size=DEFAULT_VOCABULARY[FLAGS.dataset])
+    config = cli.config_from_flags(**cli.corpus_defaults(FLAGS.preset, FLAGS.dataset))
     files = None
     if FLAGS.dataset == "files":
         files = {"train": (FLAGS.train_src, FLAGS.train_tgt), "val": (FLAGS.val_src, FLAGS.val_tgt)}
-    data = DataOptions(FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files)
+    boundaries = None
+    if FLAGS.bucket_boundaries:
+        try:
+            boundaries = tuple(int(value) for value in FLAGS.bucket_boundaries)
+        except ValueError:
+            raise app.UsageError(f"--bucket_boundaries must be integers. Received: {','.join(FLAGS.bucket_boundaries)}")
+    data = DataOptions(
+        FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files, bucket_boundaries=boundaries
+    )
     options = TrainOptions(
         train_steps=config.train_steps,
         batch_tokens=FLAGS.batch_tokens,

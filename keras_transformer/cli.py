@@ -66,6 +66,26 @@ def define_scoring_flags():
     flags.DEFINE_enum("tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin).")
 
 
+# Vocabulary sizes that suit each corpus when neither --vocabulary_size nor a corpus preset gives one.
+DEFAULT_VOCABULARY = {"builtin": 256, "multi30k": 8000, "files": 8000, "wmt14": 37000}
+
+
+def corpus_defaults(preset, dataset):
+    """Config defaults for training `preset` on `dataset` (flags still override them).
+
+    The vocabulary size suits the corpus, except for a preset named after a corpus (e.g.
+    `multi30k`): that is the corpus's own recipe and keeps its vocabulary size.
+
+    Example:
+
+    >>> corpus_defaults("tiny", "builtin"), corpus_defaults("multi30k", "multi30k")
+    ({'vocabulary_size': 256}, {})
+    """
+    if preset in DATASETS:
+        return {}
+    return {"vocabulary_size": DEFAULT_VOCABULARY[dataset]}
+
+
 def config_from_flags(flag_values=flags.FLAGS, **defaults):
     """The preset named by `--preset` with `defaults`, then every flag given, applied."""
     overrides = dict(defaults)

@@ -325,3 +325,14 @@ if __name__ == "__main__":
     print(TABLE_START)
     print(preset_table())
     print(TABLE_END)
+
+
+def test_a_corpus_preset_keeps_its_vocabulary_size():
+    import doctest
+
+    from keras_transformer import cli
+
+    assert cli.corpus_defaults("small", "multi30k") == {"vocabulary_size": 8000}
+    assert cli.corpus_defaults("multi30k", "multi30k") == {}
+    assert get_preset("multi30k", **cli.corpus_defaults("multi30k", "multi30k")).vocabulary_size == 4000
+    assert doctest.testmod(cli).failed == 0

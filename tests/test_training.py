@@ -95,10 +95,39 @@ def test_schedule_equals_paper_formula(step):
     np.testing.assert_allclose(float(schedule(step - 1)), expected, rtol=1e-6)
 
 
-def test_schedule_is_serializable():
-    schedule = TransformerSchedule(hidden_dim=256, warmup_steps=100, scale=2.0)
+@pytest.mark.parametrize(
+    "decay, remaining",
+    [("linear", lambda done: 1.0 - done), ("cosine", lambda done: 0.5 * (1.0 + math.cos(math.pi * done)))],
+)
+def test_fixed_budget_decays_fall_from_the_paper_peak_to_zero(decay, remaining):
+    paper = TransformerSchedule(hidden_dim=128, warmup_steps=100, scale=2.0)
+    schedule = TransformerSchedule(hidden_dim=128, warmup_steps=100, scale=2.0, decay=decay, train_steps=500)
+    peak = 2.0 * 128**-0.5 * 100**-0.5
+    for step in (1, 50, 100):  # the paper's warmup
+        np.testing.assert_allclose(float(schedule(step - 1)), float(paper(step - 1)), rtol=1e-6)
+    for step in (100, 200, 300, 499, 500, 600):
+        expected = peak * remaining(min((step - 100) / 400, 1.0))
+        np.testing.assert_allclose(float(schedule(step - 1)), expected, rtol=1e-5, atol=1e-9)
+    assert float(schedule(499)) == 0.0 and float(schedule(700)) == 0.0
+
+
+def test_schedule_rejects_a_decay_without_a_budget():
+    with pytest.raises(ValueError, match="decay='step'"):
+        TransformerSchedule(hidden_dim=128, decay="step", train_steps=500)
+    with pytest.raises(ValueError, match="train_steps=None"):
+        TransformerSchedule(hidden_dim=128, decay="linear")
+    with pytest.raises(ValueError, match="learning_rate_decay='cosine' needs train_steps > warmup_steps"):
+        get_preset("tiny", learning_rate_decay="cosine", train_steps=100, warmup_steps=200)
+    with pytest.raises(ValueError, match="learning_rate_decay='exp'"):
+        get_preset("tiny", learning_rate_decay="exp")
+
+
+@pytest.mark.parametrize("decay", ["rsqrt", "cosine"])
+def test_schedule_is_serializable(decay):
+    schedule = TransformerSchedule(hidden_dim=256, warmup_steps=100, scale=2.0, decay=decay, train_steps=300)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
     assert float(restored(50)) == pytest.approx(float(schedule(50)))
+    assert float(restored(200)) == pytest.approx(float(schedule(200)))
     optimizer = keras.optimizers.Adam(learning_rate=schedule)
     restored_optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     restored_optimizer.iterations.assign(50)

@@ -11,6 +11,7 @@ from typing import Optional
 from keras_transformer.layers.checks import check_positive_int, check_rate
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
 
 # Fields a checkpoint depends on; the others (dropout, schedule, decoding) may change on resume.
 ARCHITECTURE_FIELDS = (
@@ -57,6 +58,8 @@ class TransformerConfig:
         label_smoothing: epsilon_ls.
         warmup_steps: of the learning-rate schedule.
         learning_rate_scale: constant multiplier of the paper's schedule (1.0 in the paper).
+        learning_rate_decay: after warmup, "rsqrt" (the paper's inverse square root), or
+            "linear" / "cosine" from the same peak down to 0 at `train_steps`.
         train_steps: total training steps.
         beam_size, length_penalty, max_output_offset: beam search settings
             (max output length = source length + offset).
@@ -84,6 +87,7 @@ class TransformerConfig:
     label_smoothing: float = 0.1
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
+    learning_rate_decay: str = "rsqrt"
     train_steps: int = 100000
     beam_size: int = 4
     length_penalty: float = 0.6
@@ -119,6 +123,16 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}")
         if not self.layer_norm_epsilon > 0:
             raise ValueError(f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}")
+        if self.learning_rate_decay not in LEARNING_RATE_DECAYS:
+            raise ValueError(
+                f"learning_rate_decay must be one of {LEARNING_RATE_DECAYS}. "
+                f"Received: learning_rate_decay={self.learning_rate_decay!r}"
+            )
+        if self.learning_rate_decay != "rsqrt" and self.train_steps <= self.warmup_steps:
+            raise ValueError(
+                f"learning_rate_decay={self.learning_rate_decay!r} needs train_steps > warmup_steps. "
+                f"Received: train_steps={self.train_steps}, warmup_steps={self.warmup_steps}"
+            )
         if not self.learning_rate_scale > 0:
             raise ValueError(f"learning_rate_scale must be positive. Received: learning_rate_scale={self.learning_rate_scale!r}")
         if self.length_penalty < 0:
@@ -199,8 +213,16 @@ PRESETS = {
     ),
     "multi30k": (
         "Multi30k recipe for a 2-core CPU (docs/results.md): the tiny architecture (Wu et al. 2021's "
-        "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
-        dict(**_TINY_ARCHITECTURE, dropout=0.2, warmup_steps=800, learning_rate_scale=1.0, train_steps=3000),
+        "Transformer-Tiny) with a 4,000-piece vocabulary, P_drop 0.2, peak learning rate ~3.1e-3 after "
+        "800 warmup steps, then a linear decay to 0 at step 3,600",
+        dict(
+            **{**_TINY_ARCHITECTURE, "vocabulary_size": 4000},
+            dropout=0.2,
+            warmup_steps=800,
+            learning_rate_scale=1.0,
+            learning_rate_decay="linear",
+            train_steps=3600,
+        ),
     ),
     "small": (
         "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",

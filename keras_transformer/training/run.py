@@ -51,6 +51,7 @@ class DataOptions:
     data_dir: str = None
     files: dict = None
     max_length: int = None  # defaults to the model's max_length
+    bucket_boundaries: tuple = None  # padded lengths (default: data.pipeline.default_bucket_boundaries)
 
 
 def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
@@ -87,25 +88,24 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
     trainer = Trainer(config, model_dir, options, strategy)
 
+    def batches(pairs, **kwargs):
+        return make_dataset(
+            pairs,
+            tokenizer,
+            batch_tokens=options.batch_tokens,
+            max_length=max_length,
+            bucket_boundaries=data.bucket_boundaries,
+            **kwargs,
+        )
+
     def train_dataset_fn(input_context):
         # Called by `Trainer.train` after it restored the latest checkpoint. A resumed run
         # reshuffles with a seed derived from its step, so it does not replay the first
         # batches of the interrupted run (the position within the epoch is not restored).
-        return make_dataset(
-            train_pairs,
-            tokenizer,
-            batch_tokens=options.batch_tokens,
-            max_length=max_length,
-            seed=options.seed + trainer.step,
-            repeat=True,
-            input_context=input_context,
-        )
+        return batches(train_pairs, seed=options.seed + trainer.step, repeat=True, input_context=input_context)
 
-    validation = make_dataset(val_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length, shuffle=False)
-    padding = padding_fraction(
-        make_dataset(train_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length, seed=options.seed),
-        num_batches=50,
-    )
+    validation = batches(val_pairs, shuffle=False)
+    padding = padding_fraction(batches(train_pairs, seed=options.seed), num_batches=50)
     logging.info("Padding fraction of training batches: %.3f", padding)
     results = trainer.train(train_dataset_fn, validation, padding_fraction=padding)
     results.update(

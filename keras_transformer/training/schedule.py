@@ -1,7 +1,12 @@
-"""The paper's learning-rate schedule (section 5.3)."""
+"""The paper's learning-rate schedule (section 5.3), and two fixed-budget decays."""
+
+import math
 
 import keras
 from keras import ops
+
+# After warmup: "rsqrt" (the paper), or decay from the same peak to 0 at `train_steps`.
+from keras_transformer.models.config import LEARNING_RATE_DECAYS as DECAYS
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -12,10 +17,17 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     `step` counts updates from 1: the optimizer's iteration counter (which starts at 0) is
     shifted by one, so the very first update already has a non-zero rate.
 
+    With `decay="linear"` or `"cosine"` the same warmup reaches the same peak
+    (`scale * d_model^-0.5 * warmup_steps^-0.5`), which then falls linearly or along a
+    half cosine to 0 at `train_steps` (and stays 0 after it). A run with a fixed budget of
+    steps usually ends better that way than with the paper's slow inverse-square-root tail.
+
     Args:
         hidden_dim: d_model.
         warmup_steps: 4000 in the paper.
         scale: a constant multiplier (1.0 in the paper).
+        decay: "rsqrt" (the paper), "linear" or "cosine".
+        train_steps: the step where "linear" and "cosine" reach 0 (> warmup_steps).
 
     Example:
 
@@ -24,33 +36,57 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.00069877
     """
 
-    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
+    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0, decay="rsqrt", train_steps=None):
         if hidden_dim <= 0 or warmup_steps <= 0 or scale <= 0:
             raise ValueError(
                 "hidden_dim, warmup_steps and scale must be positive. "
                 f"Received: hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}"
             )
+        if decay not in DECAYS:
+            raise ValueError(f"decay must be one of {DECAYS}. Received: decay={decay!r}")
+        if decay != "rsqrt" and (train_steps is None or train_steps <= warmup_steps):
+            raise ValueError(
+                f"decay={decay!r} needs train_steps > warmup_steps. "
+                f"Received: train_steps={train_steps}, warmup_steps={warmup_steps}"
+            )
         self.hidden_dim = hidden_dim
         self.warmup_steps = warmup_steps
         self.scale = scale
+        self.decay = decay
+        self.train_steps = train_steps
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
-        warmup = ops.cast(self.warmup_steps, "float32")
-        rate = ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
+        warmup = float(self.warmup_steps)
+        if self.decay == "rsqrt":
+            rate = ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
+        else:
+            # Fraction of the decay phase done: 0 at the peak, 1 at train_steps.
+            done = ops.clip((step - warmup) / (float(self.train_steps) - warmup), 0.0, 1.0)
+            if self.decay == "linear":
+                remaining = 1.0 - done
+            else:
+                remaining = 0.5 * (1.0 + ops.cos(math.pi * done))
+            rate = ops.minimum(step / warmup, remaining) * warmup**-0.5
         return self.scale * self.hidden_dim**-0.5 * rate
 
     def get_config(self):
-        return {"hidden_dim": self.hidden_dim, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        return {
+            "hidden_dim": self.hidden_dim,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+            "decay": self.decay,
+            "train_steps": self.train_steps,
+        }
 
 
-def paper_optimizer(hidden_dim, warmup_steps=4000, scale=1.0, precision="float32"):
+def paper_optimizer(hidden_dim, warmup_steps=4000, scale=1.0, precision="float32", decay="rsqrt", train_steps=None):
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) with `TransformerSchedule` (section 5.3).
 
     Under `mixed_float16` the optimizer is wrapped in a `LossScaleOptimizer`.
     """
     optimizer = keras.optimizers.Adam(
-        learning_rate=TransformerSchedule(hidden_dim, warmup_steps, scale),
+        learning_rate=TransformerSchedule(hidden_dim, warmup_steps, scale, decay, train_steps),
         beta_1=0.9,
         beta_2=0.98,
         epsilon=1e-9,

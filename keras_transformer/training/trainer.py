@@ -105,7 +105,12 @@ class Trainer:
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
             self.optimizer = paper_optimizer(
-                config.hidden_dim, config.warmup_steps, config.learning_rate_scale, options.precision
+                config.hidden_dim,
+                config.warmup_steps,
+                config.learning_rate_scale,
+                options.precision,
+                decay=config.learning_rate_decay,
+                train_steps=config.train_steps,
             )
             self.optimizer.build(self.model.trainable_variables)
             self._accumulators = None

@@ -40,7 +40,8 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
         "benchmark.py", f"--data_dir={multi30k_dir}", "--notraining", f"--model_dir={trained_run}",
         "--decode_sentences=4", "--saved_model_sentences=6",
     )
-    assert "d. beam 4 sentences/s, cached vs recompute" in result.stdout
+    assert "d. beam 4 sentences/s, cached vs recompute, graph" in result.stdout
+    assert "d. beam 4 sentences/s, cached vs recompute, XLA" in result.stdout
     assert "d. SavedModel, 6 test sentences, beam 4 (s)" in result.stdout
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
     result = run_script("benchmark.py", "--notraining", check=False)

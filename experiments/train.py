@@ -48,7 +48,6 @@ flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with ra
 FLAGS = flags.FLAGS
 
 
-
 def main(argv):
     del argv
     if FLAGS.cpu_devices:

@@ -19,8 +19,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     With `decay="linear"` or `"cosine"` the same warmup reaches the same peak
     (`scale * d_model^-0.5 * warmup_steps^-0.5`), which then falls linearly or along a
-    half cosine to 0 at `train_steps` (and stays 0 after it). A run with a fixed budget of
-    steps usually ends better that way than with the paper's slow inverse-square-root tail.
+    half cosine to 0 at `train_steps` (and stays 0 after it), so a run with a fixed budget
+    of steps ends at a rate of 0 instead of on the paper's slow inverse-square-root tail.
 
     Args:
         hidden_dim: d_model.

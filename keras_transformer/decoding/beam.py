@@ -182,21 +182,17 @@ def beam_search(
     shape_invariants = None
     if compact:  # the working set's leading axis shrinks; the full-batch results keep theirs
 
-        def fixed(structure):
-            return tf.nest.map_structure(lambda tensor: tensor.shape, structure)
-
         def varying(structure):
             return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(tensor.shape[1:]), structure)
 
-        index, *_ = loop_vars
         shape_invariants = (
-            fixed(index),
+            tf.TensorShape([]),
             varying(active),
             varying(alive_ids),
             varying(alive_log_probs),
-            fixed(finished_ids),
-            fixed(finished_scores),
-            fixed(done),
+            finished_ids.shape,
+            finished_scores.shape,
+            done.shape,
             varying(state),
         )
     _, _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(

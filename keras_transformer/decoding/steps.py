@@ -60,9 +60,9 @@ def _shares_cross_cache(model):
     return bool(getattr(model, "supports_shared_cross_cache", False))
 
 
-def _select_sentences(structure, sentences):
-    """Gather every tensor of `structure` along axis 0 by `sentences` (one row per sentence)."""
-    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, sentences, axis=0), structure)
+def _gather_rows(structure, rows):
+    """Gather every tensor of `structure` along axis 0 by `rows`."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows, axis=0), structure)
 
 
 class CachedStep:
@@ -108,12 +108,11 @@ class CachedStep:
     def reorder(self, state, indices, sentences=None):
         cache, source_mask = reorder_cache(state["cache"], indices), state["source_mask"]
         if sentences is not None:
-            if _shares_cross_cache(self.model):  # one row per sentence
-                cache = _map_cache(cache, lambda cross: _select_sentences(cross, sentences), cross=True)
-                source_mask = tf.gather(source_mask, sentences)
-            else:  # one row per copy, like the self-attention buffers
-                cache = _map_cache(cache, lambda cross: reorder_cache(cross, indices), cross=True)
-                source_mask = tf.gather(source_mask, indices)
+            # The cross keys/values and the source mask have one row per sentence when
+            # shared, else one per copy like the self-attention buffers.
+            rows = sentences if _shares_cross_cache(self.model) else indices
+            cache = _map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
+            source_mask = tf.gather(source_mask, rows)
         return {"cache": cache, "source_mask": source_mask}
 
 
@@ -174,9 +173,7 @@ class RecomputeStep:
     def reorder(self, state, indices, sentences=None):
         # The search reorders the token prefix itself; the copies of one sentence share
         # the same encoder outputs, so only dropping sentences changes the state.
-        if sentences is None:
-            return state
-        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), state)
+        return state if sentences is None else _gather_rows(state, indices)
 
 
 def make_step(model, use_cache=True):

@@ -13,6 +13,18 @@ from keras_transformer.layers.checks import check_positive_int, check_rate
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
 
+
+def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_rate_decay"):
+    """Raises ValueError (naming the argument `name`) unless `decay` is known and, for the
+    decays that end at `train_steps`, `train_steps > warmup_steps`."""
+    if decay not in LEARNING_RATE_DECAYS:
+        raise ValueError(f"{name} must be one of {LEARNING_RATE_DECAYS}. Received: {name}={decay!r}")
+    if decay != "rsqrt" and (train_steps is None or train_steps <= warmup_steps):
+        raise ValueError(
+            f"{name}={decay!r} needs train_steps > warmup_steps. "
+            f"Received: train_steps={train_steps}, warmup_steps={warmup_steps}"
+        )
+
 # Fields a checkpoint depends on; the others (dropout, schedule, decoding) may change on resume.
 ARCHITECTURE_FIELDS = (
     "vocabulary_size",
@@ -123,16 +135,7 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}")
         if not self.layer_norm_epsilon > 0:
             raise ValueError(f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}")
-        if self.learning_rate_decay not in LEARNING_RATE_DECAYS:
-            raise ValueError(
-                f"learning_rate_decay must be one of {LEARNING_RATE_DECAYS}. "
-                f"Received: learning_rate_decay={self.learning_rate_decay!r}"
-            )
-        if self.learning_rate_decay != "rsqrt" and self.train_steps <= self.warmup_steps:
-            raise ValueError(
-                f"learning_rate_decay={self.learning_rate_decay!r} needs train_steps > warmup_steps. "
-                f"Received: train_steps={self.train_steps}, warmup_steps={self.warmup_steps}"
-            )
+        check_learning_rate_decay(self.learning_rate_decay, self.warmup_steps, self.train_steps)
         if not self.learning_rate_scale > 0:
             raise ValueError(f"learning_rate_scale must be positive. Received: learning_rate_scale={self.learning_rate_scale!r}")
         if self.length_penalty < 0:

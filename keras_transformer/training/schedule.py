@@ -5,8 +5,7 @@ import math
 import keras
 from keras import ops
 
-# After warmup: "rsqrt" (the paper), or decay from the same peak to 0 at `train_steps`.
-from keras_transformer.models.config import LEARNING_RATE_DECAYS as DECAYS
+from keras_transformer.models.config import check_learning_rate_decay
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -42,13 +41,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "hidden_dim, warmup_steps and scale must be positive. "
                 f"Received: hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}"
             )
-        if decay not in DECAYS:
-            raise ValueError(f"decay must be one of {DECAYS}. Received: decay={decay!r}")
-        if decay != "rsqrt" and (train_steps is None or train_steps <= warmup_steps):
-            raise ValueError(
-                f"decay={decay!r} needs train_steps > warmup_steps. "
-                f"Received: train_steps={train_steps}, warmup_steps={warmup_steps}"
-            )
+        check_learning_rate_decay(decay, warmup_steps, train_steps, name="decay")
         self.hidden_dim = hidden_dim
         self.warmup_steps = warmup_steps
         self.scale = scale

@@ -83,7 +83,8 @@ def main(argv):
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
-    logging.info("Training %s on %s with %s (%d replicas)", FLAGS.preset, FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync)
+    logging.info("Training preset %s on dataset %s, strategy %s (%d replicas)", FLAGS.preset, FLAGS.dataset,
+                 FLAGS.strategy, strategy.num_replicas_in_sync)
     _, results = train_translation(config, model_dir, options, data, strategy)
     if results.get("preempted"):
         print(f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "

@@ -11,8 +11,9 @@ Rows (every ratio compares two measurements taken in this run, on this machine):
      matmul throughput of this machine;
   d. with --model_dir (a run trained on Multi30k): cached beam 4 versus recomputing the
      prefix every step, on the same test sentences, in graph mode and compiled with XLA
-     (there the baseline re-runs its whole static output buffer); and the exported SavedModel translating
-     the whole test_2016_flickr split with beam 4 (seconds, after one warm-up batch).
+     (there the baseline re-runs its whole static output buffer); and the exported
+     SavedModel translating the whole test_2016_flickr split with beam 4 (seconds, after
+     one warm-up batch).
 """
 
 import tempfile

@@ -60,7 +60,13 @@ def default_bucket_boundaries(max_length: int) -> list[int]:
     return boundaries
 
 
-def _check_boundaries(boundaries: Sequence[int], max_length: int) -> list[int]:
+def check_bucket_boundaries(boundaries: Sequence[int], max_length: int) -> list[int]:
+    """Returns ``boundaries`` as a list ending at ``max_length``.
+
+    Raises:
+        ValueError: naming the boundaries, unless they are positive, strictly
+            increasing and at most ``max_length``.
+    """
     boundaries = [int(b) for b in boundaries]
     if not boundaries or any(b < 1 for b in boundaries) or any(
             a >= b for a, b in zip(boundaries, boundaries[1:])):
@@ -152,7 +158,7 @@ def make_dataset(
     if len(pairs) == 0:
         raise ValueError("make_dataset got no sentence pairs")
     boundaries = (default_bucket_boundaries(max_length) if bucket_boundaries is None
-                  else _check_boundaries(bucket_boundaries, max_length))
+                  else check_bucket_boundaries(bucket_boundaries, max_length))
     batch_sizes = [batch_tokens // b for b in boundaries]
 
     sources = [source for source, _ in pairs]

@@ -25,6 +25,7 @@ def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_r
             f"Received: train_steps={train_steps}, warmup_steps={warmup_steps}"
         )
 
+
 # Fields a checkpoint depends on; the others (dropout, schedule, decoding) may change on resume.
 ARCHITECTURE_FIELDS = (
     "vocabulary_size",

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_transformer.data.pipeline import make_dataset, padding_fraction
+from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
@@ -78,12 +78,14 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
                 f"{model_dir} holds a run with a different architecture ({details}). "
                 "Use a new --model_dir, or the same architecture to resume."
             )
+    max_length = data.max_length or config.max_length
+    if data.bucket_boundaries is not None:  # before anything is loaded or written
+        check_bucket_boundaries(data.bucket_boundaries, max_length)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief)
-    max_length = data.max_length or config.max_length
     if chief:
         write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
     trainer = Trainer(config, model_dir, options, strategy)

@@ -34,6 +34,10 @@ flags.DEFINE_integer("batch_tokens", 2048, "Token budget of one batch per replic
 flags.DEFINE_list(
     "bucket_boundaries", None, "Padded lengths of the length buckets, e.g. 8,12,16,20,24 (default: 8, 12, 16, 24, 32, ...)."
 )
+flags.DEFINE_float(
+    "sampling_alpha", None, "Subword regularization: sample each training sentence's segmentation anew on every "
+    "pass, with this smoothing exponent in (0, 1] (smaller: more varied; off by default)."
+)
 flags.DEFINE_integer("accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update).")
 flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Numeric precision.")
 flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
@@ -65,9 +69,13 @@ def main(argv):
             boundaries = tuple(int(value) for value in FLAGS.bucket_boundaries)
         except ValueError:
             raise app.UsageError(f"--bucket_boundaries must be integers. Received: {','.join(FLAGS.bucket_boundaries)}")
-    data = DataOptions(
-        FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files, bucket_boundaries=boundaries
-    )
+    try:
+        data = DataOptions(
+            FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files, bucket_boundaries=boundaries,
+            sampling_alpha=FLAGS.sampling_alpha,
+        )
+    except ValueError as err:
+        raise app.UsageError(f"--sampling_alpha: {err}")
     options = TrainOptions(
         train_steps=config.train_steps,
         batch_tokens=FLAGS.batch_tokens,

@@ -17,9 +17,11 @@ def run(name, *args):
 
 def test_train_then_resume_then_average(tmp_path):
     run_dir = tmp_path / "run"
-    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=6", "--bucket_boundaries=12,24", *TINY_FLAGS)
+    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=6", "--bucket_boundaries=12,24",
+                 "--sampling_alpha=0.5", *TINY_FLAGS)
     assert "Trained to step 6" in output
-    assert json.loads((run_dir / "config.json").read_text())["data"]["bucket_boundaries"] == [12, 24]
+    data = json.loads((run_dir / "config.json").read_text())["data"]
+    assert data["bucket_boundaries"] == [12, 24] and data["sampling_alpha"] == 0.5
     assert f"Checkpoints: {run_dir}/checkpoints/ckpt-6" in output
     assert (run_dir / "spm.model").exists()
     # The same command with more steps continues from step 6.
@@ -32,6 +34,8 @@ def test_train_then_resume_then_average(tmp_path):
     assert failed.returncode != 0 and "hidden_dim" in failed.stderr
     failed = run_script("train.py", f"--model_dir={run_dir}", "--bucket_boundaries=8,x", *TINY_FLAGS, check=False)
     assert failed.returncode != 0 and "--bucket_boundaries must be integers. Received: 8,x" in failed.stderr
+    failed = run_script("train.py", f"--model_dir={run_dir}", "--sampling_alpha=0", *TINY_FLAGS, check=False)
+    assert failed.returncode != 0 and "--sampling_alpha: The subword sampling alpha must be a number in (0, 1], got 0.0" in failed.stderr
     output = run("average_checkpoints.py", f"--model_dir={run_dir}", "--last=2")
     assert "Averaged 2 checkpoints" in output
     averaged = tf.train.load_checkpoint(str(run_dir / "averaged" / "ckpt-9"))

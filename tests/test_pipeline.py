@@ -131,6 +131,21 @@ def test_filters_pairs_longer_than_max_length(tokenizer, multi30k_val):
     assert max(max(s.shape[1], t.shape[1]) for s, t, _ in batches) <= max_length
 
 
+def test_sampling_alpha_segments_every_pass_anew(tokenizer, numbers):
+    dataset = make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False,
+                           sampling_alpha=0.2)
+    passes = [_batches(dataset) for _ in range(2)]
+    plain = _batches(make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False))
+
+    def rows(batches):
+        return Counter(tuple(row[row != PAD_ID]) for _, _, labels in batches for row in labels)
+
+    for batches in passes:  # every pair once per pass, with its text intact
+        assert Counter(_decoded_pairs(tokenizer, batches)) == Counter(numbers)
+    assert rows(passes[0]) != rows(passes[1])
+    assert len(rows(passes[0]) & rows(plain)) < 0.5 * len(numbers)
+
+
 def test_same_seed_same_batches_other_seed_other_order(tokenizer, numbers):
     def run(seed: int):
         return _batches(make_dataset(numbers[:200], tokenizer, batch_tokens=512,
@@ -222,6 +237,8 @@ def test_default_bucket_boundaries():
      r"strictly increasing, got \[16, 8\]"),
     ({"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 48]},
      "largest bucket boundary 48 exceeds max_length=32"),
+    ({"batch_tokens": 64, "max_length": 32, "sampling_alpha": 0.0},
+     r"sampling alpha must be a number in \(0, 1\], got 0.0"),
 ])
 def test_rejects_bad_arguments(tokenizer, numbers, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):

@@ -159,6 +159,33 @@ def test_keras_hub_tokenizer_gives_identical_ids(tokenizer, val_sentences):
     assert graph_ids.to_list() == expected
 
 
+def test_sampler_draws_other_segmentations_of_the_same_text(tokenizer, sentences, val_sentences):
+    seen = set("".join(sentences))
+    covered = [s for s in val_sentences if set(s) <= seen]
+    best = tokenizer.tokenize(covered).to_list()
+    submodules = tokenizer.submodules
+    sample = tokenizer.sampler(0.3)
+    assert tokenizer.submodules == submodules  # nothing new to export with the tokenizer
+    first, second = sample(tf.constant(covered)), sample(tf.constant(covered))
+    for ids in (first, second):
+        assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
+        decoded = [s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy()]
+        assert decoded == [_normalized(s) for s in covered]
+        assert sum(row != b for row, b in zip(ids.to_list(), best)) > 0.5 * len(covered)
+    assert first.to_list() != second.to_list()
+    # Sampling splits words more finely: smaller alpha, longer sequences.
+    lengths = [int(tokenizer.sampler(alpha)(tf.constant(covered)).flat_values.shape[0])
+               for alpha in (0.1, 1.0)]
+    assert lengths[0] > 1.2 * lengths[1]
+    assert lengths[1] >= int(tf.size(tokenizer.tokenize(covered).flat_values))
+
+
+@pytest.mark.parametrize("alpha", [0, 0.0, -0.5, 1.5, float("nan"), True, "0.5", None])
+def test_sampler_rejects_bad_alpha(tokenizer, alpha):
+    with pytest.raises(ValueError, match=r"alpha must be a number in \(0, 1\], got "):
+        tokenizer.sampler(alpha)
+
+
 def test_training_is_deterministic(sentences, model_path, tmp_path):
     again = train_sentencepiece(sentences, tmp_path / "again.model", vocab_size=VOCAB_SIZE)
     assert again.read_bytes() == model_path.read_bytes()

@@ -92,6 +92,7 @@ def make_dataset(
     input_context: tf.distribute.InputContext | None = None,
     bucket_boundaries: Sequence[int] | None = None,
     drop_remainder: bool = False,
+    sampling_alpha: float | None = None,
 ) -> tf.data.Dataset:
     """Builds a batched, length-bucketed training or evaluation dataset.
 
@@ -109,9 +110,10 @@ def make_dataset(
     boundary ``L`` and a batch holds ``batch_tokens // L`` examples, so that
     ``B * S <= batch_tokens`` and ``B * T <= batch_tokens`` for every batch.
 
-    The sequence of batches is a deterministic function of the arguments;
-    with ``shuffle``, each pass over the data (each repetition, or each new
-    iterator) is shuffled differently, but predictably from ``seed``.
+    Without ``sampling_alpha`` the sequence of batches is a deterministic
+    function of the arguments; with ``shuffle``, each pass over the data
+    (each repetition, or each new iterator) is shuffled differently, but
+    predictably from ``seed``.
 
     Works with ``tf.distribute``: pass it to
     ``strategy.distribute_datasets_from_function(lambda ctx: make_dataset(...,
@@ -134,6 +136,11 @@ def make_dataset(
             :func:`default_bucket_boundaries`.
         drop_remainder: Drop the last, partial batch of each bucket (gives
             static batch sizes per bucket).
+        sampling_alpha: If set, subword regularization: every pass over the
+            data draws a new segmentation of each sentence, source and target,
+            with :meth:`Tokenizer.sampler` and this ``alpha`` (in ``(0, 1]``).
+            The draws are not seeded, so batches are no longer a deterministic
+            function of the arguments. For training data only.
 
     Returns:
         A ``tf.data.Dataset`` of ``(inputs, labels)`` batches, prefetched.
@@ -157,6 +164,7 @@ def make_dataset(
                          f"a batch must hold at least one sequence of max_length tokens")
     if len(pairs) == 0:
         raise ValueError("make_dataset got no sentence pairs")
+    tokenize = tokenizer.tokenize if sampling_alpha is None else tokenizer.sampler(sampling_alpha)
     boundaries = (default_bucket_boundaries(max_length) if bucket_boundaries is None
                   else check_bucket_boundaries(bucket_boundaries, max_length))
     batch_sizes = [batch_tokens // b for b in boundaries]
@@ -173,8 +181,8 @@ def make_dataset(
         dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
 
     def encode(source: tf.Tensor, target: tf.Tensor):
-        source_tokens = tokenizer.tokenize(source)
-        target_tokens = tokenizer.tokenize(target)
+        source_tokens = tokenize(source)
+        target_tokens = tokenize(target)
         eos = tf.fill([source_tokens.nrows(), 1], EOS_ID)
         bos = tf.fill([target_tokens.nrows(), 1], BOS_ID)
         return (tf.concat([source_tokens, eos], axis=1),

@@ -14,7 +14,7 @@ from absl import logging
 
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.sources import load_pairs
-from keras_transformer.data.tokenizer import Tokenizer, train_sentencepiece
+from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.trainer import Trainer, TrainOptions, read_run_config, write_run_config
@@ -52,6 +52,11 @@ class DataOptions:
     files: dict = None
     max_length: int = None  # defaults to the model's max_length
     bucket_boundaries: tuple = None  # padded lengths (default: data.pipeline.default_bucket_boundaries)
+    sampling_alpha: float = None  # subword regularization of the training data (Tokenizer.sampler)
+
+    def __post_init__(self):
+        if self.sampling_alpha is not None:
+            check_sampling_alpha(self.sampling_alpha)
 
 
 def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
@@ -104,10 +109,12 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         # Called by `Trainer.train` after it restored the latest checkpoint. A resumed run
         # reshuffles with a seed derived from its step, so it does not replay the first
         # batches of the interrupted run (the position within the epoch is not restored).
-        return batches(train_pairs, seed=options.seed + trainer.step, repeat=True, input_context=input_context)
+        return batches(train_pairs, seed=options.seed + trainer.step, repeat=True, input_context=input_context,
+                       sampling_alpha=data.sampling_alpha)
 
     validation = batches(val_pairs, shuffle=False)
-    padding = padding_fraction(batches(train_pairs, seed=options.seed), num_batches=50)
+    padding = padding_fraction(batches(train_pairs, seed=options.seed, sampling_alpha=data.sampling_alpha),
+                               num_batches=50)
     logging.info("Padding fraction of training batches: %.3f", padding)
     results = trainer.train(train_dataset_fn, validation, padding_fraction=padding)
     results.update(

@@ -13,6 +13,7 @@ from absl import app, flags, logging
 
 from keras_transformer import cli
 from keras_transformer.training import (
+    ON_NONFINITE,
     PRECISIONS,
     STRATEGIES,
     DataOptions,
@@ -44,9 +45,15 @@ flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
 flags.DEFINE_string("model_dir", None, "Run directory (default: runs/<dataset>_<preset>).")
 flags.DEFINE_integer("seed", 0, "Random seed (initialization, dropout, shuffling).")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every this many steps.")
-flags.DEFINE_integer("keep_checkpoints", 5, "Checkpoints to keep.")
+flags.DEFINE_integer(
+    "keep_checkpoints", None, "Checkpoints to keep (default: the preset's average_checkpoints, e.g. 20 for big)."
+)
 flags.DEFINE_integer("log_every", 50, "Log and write TensorBoard scalars every this many steps.")
 flags.DEFINE_integer("eval_every", 500, "Validation loss every this many steps (0: at the end only).")
+flags.DEFINE_enum(
+    "on_nonfinite", "stop", list(ON_NONFINITE),
+    "An update whose loss or gradients are NaN/Inf: stop with an error naming the step, or skip it (counted).",
+)
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
 
 FLAGS = flags.FLAGS
@@ -77,7 +84,6 @@ def main(argv):
     except ValueError as err:
         raise app.UsageError(f"--sampling_alpha: {err}")
     options = TrainOptions(
-        train_steps=config.train_steps,
         batch_tokens=FLAGS.batch_tokens,
         accum_steps=FLAGS.accum_steps,
         precision=FLAGS.precision,
@@ -88,6 +94,7 @@ def main(argv):
         eval_every=FLAGS.eval_every,
         seed=FLAGS.seed,
         progress=FLAGS.progress,
+        on_nonfinite=FLAGS.on_nonfinite,
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)

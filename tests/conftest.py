@@ -47,9 +47,7 @@ def trained_run(tmp_path_factory):
     from keras_transformer.training import DataOptions, TrainOptions, train_translation
 
     run_dir = tmp_path_factory.mktemp("trained_run")
-    config = get_preset("tiny", **TRAINED_RUN_CONFIG)
-    options = TrainOptions(
-        train_steps=TRAINED_RUN_STEPS, batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False
-    )
+    config = get_preset("tiny", **TRAINED_RUN_CONFIG, train_steps=TRAINED_RUN_STEPS)
+    options = TrainOptions(batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False)
     train_translation(config, run_dir, options, DataOptions("builtin"))
     return run_dir

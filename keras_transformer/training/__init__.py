@@ -6,6 +6,7 @@ from keras_transformer.training.run import DataOptions, load_run, prepare_tokeni
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
 from keras_transformer.training.strategy import STRATEGIES, create_strategy, is_chief
 from keras_transformer.training.trainer import (
+    ON_NONFINITE,
     PRECISIONS,
     DivergenceError,
     Trainer,
@@ -15,6 +16,7 @@ from keras_transformer.training.trainer import (
 )
 
 __all__ = [
+    "ON_NONFINITE",
     "PRECISIONS",
     "STRATEGIES",
     "DataOptions",

@@ -7,11 +7,20 @@ import tensorflow as tf
 
 
 def checkpoint_paths(checkpoint_dir, last=None):
-    """Paths of the complete checkpoints in `checkpoint_dir`, oldest first (the last `last`)."""
+    """Paths of the complete checkpoints in `checkpoint_dir`, oldest first (the last `last`).
+
+    Raises:
+        ValueError: there is no checkpoint, or fewer than `last` (naming both numbers).
+    """
     state = tf.train.get_checkpoint_state(str(checkpoint_dir))
     if state is None or not state.all_model_checkpoint_paths:
         raise ValueError(f"No checkpoints in {checkpoint_dir}")
     paths = list(state.all_model_checkpoint_paths)
+    if last and last > len(paths):
+        raise ValueError(
+            f"Asked for the last {last} checkpoints, but {checkpoint_dir} holds {len(paths)}. "
+            f"Average fewer, or train with --keep_checkpoints >= {last}."
+        )
     return paths[-last:] if last else paths
 
 

@@ -4,6 +4,7 @@ Shape letters: B batch, T target length, V vocabulary size.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -44,12 +45,38 @@ def label_smoothed_nll(labels, logits, label_smoothing=0.1, pad_id=0):
     return ops.sum(losses), ops.sum(weights)
 
 
+def global_token_count(num_tokens):
+    """`num_tokens` summed over every replica of the current `tf.distribute` replica context.
+
+    Under the default strategy, or outside a replica context, it is `num_tokens` itself.
+    No gradient flows through the count.
+    """
+    num_tokens = tf.stop_gradient(ops.cast(num_tokens, "float32"))
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return num_tokens
+    return context.all_reduce("sum", num_tokens)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Keras loss for `model.fit`: label-smoothed cross-entropy averaged over real tokens.
 
     Padding positions (label `pad_id`) contribute nothing and do not count in the mean,
     with or without a Keras mask on the logits.
+
+    The mean is the paper's per-token normalisation over the whole global batch: the sum
+    of the token losses over the real tokens of every replica, divided by the number of
+    real tokens of every replica. Under a `tf.distribute` strategy each replica returns
+    its own sum divided by that global count (all-reduced across replicas and workers);
+    Keras sums the replicas' gradients, so the update equals the one a single device
+    makes on the same global batch, whatever the number of replicas and however the
+    tokens are split between them. Keras reports the loss as the replicas' values times
+    the number of replicas, averaged with the replicas' sentence counts as weights: the
+    same number as on one device whenever the replicas hold equally many sentences, as
+    `tf.distribute` splits every full global batch. The reduction is therefore always
+    `"sum"`: a mean-type reduction would divide by the number of positions, padding
+    included, and by the number of replicas.
 
     Args:
         label_smoothing: eps (0.1 in the paper).
@@ -64,17 +91,24 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """
 
     def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
-        kwargs.setdefault("reduction", "sum")
-        super().__init__(name=name, **kwargs)
+        reduction = kwargs.pop("reduction", "sum")
+        if reduction != "sum":
+            raise ValueError(
+                "LabelSmoothedCrossEntropy divides by the global number of real tokens itself; "
+                f"its reduction must be 'sum'. Received: reduction={reduction!r}"
+            )
+        super().__init__(name=name, reduction=reduction, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1). Received: label_smoothing={label_smoothing!r}")
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        # Per-token values already divided by the number of real tokens: their sum is the mean.
+        # Per-token values divided by the global number of real tokens: summed over the
+        # positions (reduction "sum") and the replicas (Keras sums their gradients), they
+        # give the global per-token mean.
         losses, weights = token_losses(y_true, y_pred, self.label_smoothing, self.pad_id)
-        return losses / ops.maximum(ops.sum(weights), 1.0)
+        return losses / ops.maximum(global_token_count(ops.sum(weights)), 1.0)
 
     def get_config(self):
         config = super().get_config()

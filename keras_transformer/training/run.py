@@ -106,10 +106,9 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         )
 
     def train_dataset_fn(input_context):
-        # Called by `Trainer.train` after it restored the latest checkpoint. A resumed run
-        # reshuffles with a seed derived from its step, so it does not replay the first
-        # batches of the interrupted run (the position within the epoch is not restored).
-        return batches(train_pairs, seed=options.seed + trainer.step, repeat=True, input_context=input_context,
+        # The same seed on every start: `Trainer.train` skips the batches the restored
+        # updates drew, so a resumed run continues the interrupted run's input exactly.
+        return batches(train_pairs, seed=options.seed, repeat=True, input_context=input_context,
                        sampling_alpha=data.sampling_alpha)
 
     validation = batches(val_pairs, shuffle=False)

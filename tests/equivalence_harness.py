@@ -5,7 +5,10 @@ devices before TensorFlow starts, which a strategy test needs):
 
     python tests/equivalence_harness.py OUT_DIR PATH [PATH ...]
 
-PATH is one of `PATHS`. `loop_multi_worker` and `fit_multi_worker` run as one worker of
+PATH is one of `PATHS`. The `_skip` paths train with `on_nonfinite="skip"` on the same
+input with one more global batch after the first, whose second half (one replica's or one
+worker's) has a NaN gradient under a finite loss: dropped, it must leave the same updates
+and count one skipped step (`skipped` in the record). `loop_multi_worker` and `fit_multi_worker` run as one worker of
 a two-worker `MultiWorkerMirroredStrategy` (`TF_CONFIG` in the environment); only the
 chief writes. `fit_multi_worker` exits with status 3 and prints `{"unsupported": error}`
 when Keras refuses to `fit` there (as Keras 3.15 does).
@@ -35,6 +38,7 @@ import keras  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import keras_transformer.training.trainer as trainer_module  # noqa: E402
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from keras_transformer.models.config import get_preset  # noqa: E402
@@ -45,9 +49,10 @@ from keras_transformer.training import (  # noqa: E402
     create_strategy,
     label_smoothed_nll,
 )
+from tests.fault_injection import POISON_LABEL, poison, poisoned_nll  # noqa: E402
 
 PATHS = ("reference", "loop_default", "loop_mirrored", "loop_accumulate", "fit_default", "fit_mirrored",
-         "loop_multi_worker", "fit_multi_worker")
+         "loop_multi_worker", "fit_multi_worker", "loop_mirrored_skip", "loop_multi_worker_skip")
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(learning_rate=0.5), "adam": lambda: keras.optimizers.Adam(1e-2)}
 STEPS = 3
 HALF = 4  # sentences per half batch
@@ -58,8 +63,9 @@ CONFIG = dict(vocabulary_size=64, num_encoder_layers=1, num_decoder_layers=1, hi
 def half_batch(step, half):
     """Four sentence pairs; the second half of every step has far more padding than the first."""
     rng = np.random.default_rng(10 * step + half)
-    source = rng.integers(4, CONFIG["vocabulary_size"], (HALF, 9)).astype("int32")
-    tokens = rng.integers(4, CONFIG["vocabulary_size"], (HALF, 8)).astype("int32")
+    # Token ids above POISON_LABEL: only a poisoned half holds it.
+    source = rng.integers(POISON_LABEL + 1, CONFIG["vocabulary_size"], (HALF, 9)).astype("int32")
+    tokens = rng.integers(POISON_LABEL + 1, CONFIG["vocabulary_size"], (HALF, 8)).astype("int32")
     target_lengths = [8, 7, 6, 8] if half == 0 else [2, 5, 1, 3]
     source_lengths = [9, 8, 9, 7] if half == 0 else [3, 9, 2, 4]
     labels = np.zeros((HALF, 8), "int32")
@@ -87,14 +93,24 @@ def dataset_of(batches):
     return dataset.repeat()
 
 
+def half_pairs(path):
+    """The two halves of every global batch, in order; for a `_skip` path with a poisoned pair inserted."""
+    pairs = [[half_batch(step, 0), half_batch(step, 1)] for step in range(STEPS)]
+    if path.endswith("_skip"):
+        inputs, labels = half_batch(1, 1)
+        pairs.insert(1, [half_batch(1, 0), (inputs, poison(labels))])
+    return pairs
+
+
 def loop_input(path):
     """The `input_context -> dataset` function of a custom-loop path."""
+    pairs = half_pairs(path)
     if path == "loop_default":
         return lambda context: dataset_of([global_batch(step) for step in range(STEPS)])
-    if path == "loop_multi_worker":  # one input pipeline per worker, one half each
-        return lambda context: dataset_of([half_batch(step, context.input_pipeline_id) for step in range(STEPS)])
+    if path.startswith("loop_multi_worker"):  # one input pipeline per worker, one half each
+        return lambda context: dataset_of([pair[context.input_pipeline_id] for pair in pairs])
     # One pipeline feeding two replicas in turn, or two micro-batches in turn: the halves in order.
-    return lambda context: dataset_of([half_batch(step, half) for step in range(STEPS) for half in (0, 1)])
+    return lambda context: dataset_of([half for pair in pairs for half in pair])
 
 
 def flat(model):
@@ -133,7 +149,7 @@ _STRATEGIES = {}
 
 def strategy_of(path):
     """The strategy a path runs under (one per process and kind: a process joins its cluster once)."""
-    kind = "mirrored" if path.endswith("_mirrored") else "multi_worker" if path.endswith("multi_worker") else "default"
+    kind = "multi_worker" if "multi_worker" in path else "mirrored" if "mirrored" in path else "default"
     if kind not in _STRATEGIES:
         _STRATEGIES[kind] = create_strategy(kind, devices=["/cpu:0", "/cpu:1"] if kind == "mirrored" else None)
     return _STRATEGIES[kind]
@@ -142,21 +158,26 @@ def strategy_of(path):
 def run_loop(path, make_optimizer, out_dir, name):
     strategy = strategy_of(path)
     accum_steps = 2 if path == "loop_accumulate" else 1
+    skip = path.endswith("_skip")
     keras.utils.set_random_seed(0)
     trainer = Trainer(
         get_preset("tiny", **CONFIG),
         out_dir / f"run_{name}",
-        TrainOptions(accum_steps=accum_steps, log_every=1, checkpoint_every=100, progress=False),
+        TrainOptions(accum_steps=accum_steps, log_every=1, checkpoint_every=100, progress=False,
+                     on_nonfinite="skip" if skip else "stop"),
         strategy,
         optimizer=make_optimizer,
     )
+    trainer_loss = trainer_module.label_smoothed_nll
+    if skip:  # traced at the first step
+        trainer_module.label_smoothed_nll = poisoned_nll
     losses, weights = [], [flat(trainer.model)]
     for step in range(1, STEPS + 1):  # each call resumes the input where the last one stopped
         results = trainer.train(loop_input(path), until_step=step)
-        assert "loss" in results, results
         losses.append(results["loss"])
         weights.append(flat(trainer.model))
-    return {"losses": losses, "weights": weights, "chief": trainer.chief}
+    trainer_module.label_smoothed_nll = trainer_loss
+    return {"losses": losses, "weights": weights, "skipped": trainer.skipped_steps, "chief": trainer.chief}
 
 
 def run_fit(path, make_optimizer):

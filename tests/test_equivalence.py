@@ -9,7 +9,9 @@ token count shows in the weight deltas; Adam checks the optimizer state's path.
 
 Two processes run the harness: one for the single-process paths (two logical CPU
 devices for `MirroredStrategy`), and a two-worker `MultiWorkerMirroredStrategy` cluster
-on localhost for the multi-worker loop.
+on localhost for the multi-worker loop. The `_skip` paths see one more global batch, one
+of whose halves has a NaN gradient under a finite loss: every replica (worker) must drop
+that update, though only one of them saw the NaN, and go on as the reference.
 """
 
 import json
@@ -24,8 +26,10 @@ from tests.scripts import script_environment
 from tests.test_faults import free_ports
 
 HARNESS = str(Path(__file__).resolve().parent / "equivalence_harness.py")
-SINGLE_PROCESS_PATHS = ("reference", "loop_default", "loop_mirrored", "loop_accumulate", "fit_default", "fit_mirrored")
-PATHS = SINGLE_PROCESS_PATHS[1:] + ("loop_multi_worker",)
+SINGLE_PROCESS_PATHS = ("reference", "loop_default", "loop_mirrored", "loop_accumulate", "fit_default", "fit_mirrored",
+                        "loop_mirrored_skip")
+CLUSTER_PATHS = ("loop_multi_worker", "loop_multi_worker_skip")
+PATHS = SINGLE_PROCESS_PATHS[1:] + CLUSTER_PATHS
 OPTIMIZERS = ("sgd", "adam")
 LOSS_RTOL = 1e-5
 # SGD moves weights by up to ~0.13 per step here, Adam by its learning rate 1e-2.
@@ -41,11 +45,11 @@ def _run(args, env=None):
     )
 
 
-def _run_cluster(out_dir, path):
-    """Two local workers of a `MultiWorkerMirroredStrategy` cluster running `path`: their outputs."""
+def _run_cluster(out_dir, *paths):
+    """Two local workers of a `MultiWorkerMirroredStrategy` cluster running `paths`: their outputs."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     workers = [
-        _run([str(out_dir), path],
+        _run([str(out_dir), *paths],
              {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})})
         for index in range(2)
     ]
@@ -59,12 +63,12 @@ def records(tmp_path_factory):
     single = _run([str(out_dir / "single"), *SINGLE_PROCESS_PATHS])
     output, _ = single.communicate(timeout=900)
     assert single.returncode == 0, output[-4000:]
-    for output, returncode in _run_cluster(out_dir / "multi_worker", "loop_multi_worker"):
+    for output, returncode in _run_cluster(out_dir / "multi_worker", *CLUSTER_PATHS):
         assert returncode == 0, output[-4000:]
     found = {}
     for path in ("reference", *PATHS):
         for optimizer in OPTIMIZERS:
-            directory = out_dir / ("multi_worker" if path == "loop_multi_worker" else "single")
+            directory = out_dir / ("multi_worker" if path in CLUSTER_PATHS else "single")
             found[path, optimizer] = np.load(directory / f"{path}_{optimizer}.npz")
     return found
 
@@ -80,6 +84,8 @@ def test_path_makes_the_reference_updates(records, path, optimizer):
     np.testing.assert_allclose(updates, reference_updates, rtol=0, atol=WEIGHT_ATOL[optimizer], err_msg="updates")
     np.testing.assert_allclose(record["weights"][-1], reference["weights"][-1], rtol=0,
                                atol=WEIGHT_ATOL[optimizer], err_msg="weights after 3 steps")
+    if "skipped" in record.files:  # the custom loop counts dropped updates
+        assert int(record["skipped"]) == (1 if path.endswith("_skip") else 0)
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

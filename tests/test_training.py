@@ -1,8 +1,6 @@
 """Training: loss, schedule, the loop (resume, accumulation, strategies), averaging, model.fit."""
 
-import json
 import math
-import os
 from pathlib import Path
 
 import keras
@@ -23,6 +21,7 @@ from keras_transformer.training import (
     label_smoothed_nll,
     train_translation,
 )
+from tests.fault_injection import POISON_LABEL, poison, poisoned_nll
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,9 +181,6 @@ def test_nan_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
         np.testing.assert_array_equal(restored, good)
 
 
-POISON_LABEL = 5  # a batch whose labels hold this id gets NaN gradients under a finite loss
-
-
 def clean_batch(seed):
     inputs, labels = fixed_batch(seed)
     labels[labels == POISON_LABEL] = POISON_LABEL + 1
@@ -193,20 +189,13 @@ def clean_batch(seed):
 
 def poisoned_batch(seed):
     inputs, labels = clean_batch(seed)
-    labels[0, 0] = POISON_LABEL
-    return inputs, labels
+    return inputs, poison(labels)
 
 
 @pytest.fixture
 def nan_gradient_on_poisoned_batches(monkeypatch):
     """The trainer's loss gets a term that is 0 but has a NaN gradient on poisoned batches."""
     import keras_transformer.training.trainer as trainer_module
-
-    def poisoned_nll(labels, logits, label_smoothing=0.1, pad_id=0):
-        loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing, pad_id)
-        clean = 1.0 - tf.cast(tf.reduce_any(tf.equal(labels, POISON_LABEL)), tf.float32)
-        # sqrt(0 * x + clean) - clean is 0; its gradient is 0 when clean, 0 * inf = NaN when not.
-        return loss_sum + tf.sqrt(0.0 * tf.reduce_sum(logits) + clean) - clean, tokens
 
     monkeypatch.setattr(trainer_module, "label_smoothed_nll", poisoned_nll)
 

@@ -2,7 +2,8 @@
 
 `training.Trainer` writes scalars to `<run>/logs/train` (`loss`, `learning_rate`,
 `tokens_per_second`, `padding_fraction`) and `<run>/logs/validation` (`loss`,
-`perplexity`). They are read straight from the event files, without a TensorBoard server.
+`perplexity`). They are read from the event files with TensorBoard's reader, without a
+TensorBoard server.
 """
 
 import dataclasses
@@ -29,36 +30,15 @@ class Scalars:
         return len(self.steps)
 
 
-def _scalar_value(value):
-    import tensorflow as tf
-
-    if value.HasField("tensor"):  # TF2 `tf.summary.scalar`
-        return float(tf.make_ndarray(value.tensor).item())
-    if value.HasField("simple_value"):  # TF1 summaries
-        return float(value.simple_value)
-    return None
-
-
-def _events(path):
-    """The `Event` protos of one event file; stops at a truncated record (a file being written)."""
-    import tensorflow as tf
-
-    iterator = iter(tf.data.TFRecordDataset(str(path)))
-    while True:
-        try:
-            record = next(iterator)
-        except StopIteration:
-            return
-        except tf.errors.DataLossError:
-            return
-        yield tf.compat.v1.Event.FromString(record.numpy())
-
-
 def read_scalars(log_dir):
     """Every scalar in the event files of one TensorBoard log directory.
 
-    Several event files (a resumed run writes a new one) are merged; when a step was
-    logged more than once, the value written last wins.
+    Read with TensorBoard's own `EventAccumulator`: `tf.summary.scalar` values (TF2
+    tensor summaries of the scalars plugin) and plain `simple_value` scalars (as
+    `write_scalar_events` writes them). Several event files (a resumed run writes a new
+    one) are merged in the order TensorBoard reads them; when a step was logged more than
+    once, the value read last wins. A truncated last record (a file being written) is
+    ignored, as TensorBoard does.
 
     Args:
         log_dir: a directory of `events.out.tfevents.*` files, e.g. `<run>/logs/train`.
@@ -66,21 +46,31 @@ def read_scalars(log_dir):
     Returns:
         `{tag: Scalars}`; empty when there is no event file.
     """
-    records = {}
-    for path in sorted(Path(log_dir).glob("events.out.tfevents.*")):
-        for event in _events(path):
-            for value in event.summary.value:
-                number = _scalar_value(value)
-                if number is not None:
-                    records.setdefault(value.tag, {}).setdefault(int(event.step), []).append((event.wall_time, number))
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    if not any(Path(log_dir).glob("events.out.tfevents.*")):
+        return {}
+    accumulator = event_accumulator.EventAccumulator(
+        str(log_dir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}
+    ).Reload()
+    series = {}
+    for tag in accumulator.Tags()[event_accumulator.SCALARS]:
+        series[tag] = [(e.step, e.wall_time, e.value) for e in accumulator.Scalars(tag)]
+    for tag in accumulator.Tags()[event_accumulator.TENSORS]:
+        if accumulator.SummaryMetadata(tag).plugin_data.plugin_name == "scalars":
+            series[tag] = [
+                (e.step, e.wall_time, float(tensor_util.make_ndarray(e.tensor_proto).item()))
+                for e in accumulator.Tensors(tag)
+            ]
     result = {}
-    for tag, by_step in records.items():
+    for tag, events in series.items():
+        by_step = {int(step): (wall_time, value) for step, wall_time, value in events}  # the last read wins
         steps = sorted(by_step)
-        latest = [max(by_step[step]) for step in steps]  # (wall_time, value) written last
         result[tag] = Scalars(
             np.array(steps, np.int64),
-            np.array([wall_time for wall_time, _ in latest], np.float64),
-            np.array([number for _, number in latest], np.float64),
+            np.array([by_step[step][0] for step in steps], np.float64),
+            np.array([by_step[step][1] for step in steps], np.float64),
         )
     return result
 

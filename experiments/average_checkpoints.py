@@ -1,4 +1,4 @@
-"""Average the last K checkpoints of a run into a new checkpoint (paper section 6.1).
+r"""Average the last K checkpoints of a run into a new checkpoint (paper section 6.1).
 
     python experiments/average_checkpoints.py --model_dir=runs/builtin_tiny --last=5
 
@@ -6,8 +6,13 @@ writes `runs/builtin_tiny/averaged/ckpt-<step>` (model weights only), which
 `experiments/export.py --checkpoint=...` and the evaluation tools accept.
 """
 
-from absl import app, flags
+import os
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+
+from absl import flags
+
+from keras_transformer import cli
 from keras_transformer.training.checkpoints import write_averaged_checkpoint
 
 flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
@@ -27,4 +32,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

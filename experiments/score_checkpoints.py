@@ -1,4 +1,4 @@
-"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time curves.
+r"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time curves.
 
     python experiments/score_checkpoints.py --model_dir=runs/multi30k_en_de \
         --dataset=multi30k --data_dir=../shared/data/multi30k --split=val \
@@ -10,7 +10,11 @@ time, so TensorBoard and `--plot` show validation BLEU against step and wall-clo
 Train with `--keep_checkpoints` large enough to keep the checkpoints you want scored.
 """
 
-from absl import app, flags
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+
+from absl import flags
 
 from keras_transformer import cli
 from keras_transformer.data.sources import load_pairs
@@ -59,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -1,4 +1,4 @@
-"""Train a translation Transformer.
+r"""Train a translation Transformer.
 
 With no flags: the `tiny` preset on the embedded English -> German number-words task,
 on the CPU, in a few minutes. Real data:
@@ -8,6 +8,10 @@ on the CPU, in a few minutes. Real data:
 
 Running the same command again resumes from the latest checkpoint.
 """
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 from absl import app, flags, logging
 
@@ -69,6 +73,9 @@ def main(argv):
     config = cli.config_from_flags(**cli.corpus_defaults(FLAGS.preset, FLAGS.dataset))
     files = None
     if FLAGS.dataset == "files":
+        missing = [f"--{name}" for name in ("train_src", "train_tgt", "val_src", "val_tgt") if not FLAGS[name].value]
+        if missing:
+            raise app.UsageError(f"--dataset=files needs {', '.join(missing)}.")
         files = {"train": (FLAGS.train_src, FLAGS.train_tgt), "val": (FLAGS.val_src, FLAGS.val_tgt)}
     boundaries = None
     if FLAGS.bucket_boundaries:
@@ -114,4 +121,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

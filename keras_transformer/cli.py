@@ -2,12 +2,20 @@
 
 `define_config_flags()` defines `--preset` and one flag per `TransformerConfig` field
 (`--hidden_dim`, `--num_heads`, `--dropout`, ...), each defaulting to the preset's value.
+`run(main)` runs a script's `main` the way `absl.app.run` does, with a user's mistake
+reported as one line `error: <message>` (see `USER_ERRORS`).
 """
 
 import dataclasses
+import sys
 import typing
 
-from absl import flags
+from absl import app, flags
+
+# What a user's mistake raises (a missing run directory or file, a bad value, an export
+# version that exists, a diverged run): reported in one line, without a traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+               PermissionError, TimeoutError, RuntimeError)
 
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
@@ -102,3 +110,37 @@ def _field_kind(field):
         kind = eval(kind, vars(typing))  # annotations as strings
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if args else kind
+
+
+def run(main):
+    """Run a script's `main(argv)` as `absl.app.run` does, with errors a user can fix in one line.
+
+    A `USER_ERRORS` exception prints `error: <message>` on stderr and exits with status 1;
+    a usage error (`app.UsageError`) prints `error: <message>` and a pointer to `--help`,
+    and exits with status 2. `--traceback` shows the Python traceback instead. The
+    script's module-level flags (and those defined here, e.g. the config flags) are its
+    key flags, so `--help` lists them all.
+    """
+    flags.DEFINE_bool("traceback", False, "On an error, show the Python traceback instead of one line.")
+    # `--help` lists the main module's key flags; absl names that module by sys.argv[0].
+    for flag in flags.FLAGS.get_key_flags_for_module(__name__):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except app.UsageError as error:
+            if flags.FLAGS.traceback:
+                raise
+            _fail(f"{error} (see --help)", 2)
+        except USER_ERRORS as error:
+            if flags.FLAGS.traceback:
+                raise
+            _fail(str(error).splitlines()[0] if str(error) else type(error).__name__, 1)
+
+    app.run(guarded)
+
+
+def _fail(message, status):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(status)

@@ -15,6 +15,34 @@ def run(name, *args):
     return result.stdout + result.stderr
 
 
+def one_line_error(result):
+    """The message of a script's one-line `error: ...` report; fails on a traceback."""
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0][len("error: "):]
+
+
+def test_user_errors_are_one_line(tmp_path):
+    failed = run_script("average_checkpoints.py", f"--model_dir={tmp_path / 'missing'}", check=False)
+    assert failed.returncode == 1
+    assert one_line_error(failed) == f"No run config at {tmp_path / 'missing'}/config.json: is " \
+        f"{tmp_path / 'missing'} a training run directory?"
+    failed = run_script("train.py", "--dataset=files", "--train_src=a.txt", "--train_tgt=b.txt", check=False)
+    assert failed.returncode == 2
+    assert one_line_error(failed) == "--dataset=files needs --val_src, --val_tgt. (see --help)"
+    assert "With no flags" not in failed.stdout + failed.stderr  # the error, not the whole help text
+
+
+def test_help_lists_the_documented_flags():
+    shown = run_script("train.py", "--help", check=False).stdout  # absl exits with 1 after --help
+    for flag in ("--preset", "--dataset", "--data_dir", "--hidden_dim", "--train_steps", "--on_nonfinite",
+                 "--[no]traceback"):
+        assert f"  {flag}" in shown, flag
+    # The usage example keeps its line continuation.
+    assert "--data_dir=../shared/data/multi30k \\\n        --preset=small" in shown
+
+
 def test_train_then_resume_then_average(tmp_path):
     run_dir = tmp_path / "run"
     output = run("train.py", f"--model_dir={run_dir}", "--train_steps=6", "--bucket_boundaries=12,24",
@@ -31,11 +59,19 @@ def test_train_then_resume_then_average(tmp_path):
     # A different architecture in the same directory is refused, naming the field.
     failed = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS, "--hidden_dim=64",
                         check=False)
-    assert failed.returncode != 0 and "hidden_dim" in failed.stderr
+    assert failed.returncode == 1 and "hidden_dim: 32 -> 64" in one_line_error(failed)
+    # --traceback shows where it came from instead.
+    failed = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS, "--hidden_dim=64",
+                        "--traceback", check=False)
+    assert failed.returncode != 0 and "Traceback (most recent call last)" in failed.stderr
     failed = run_script("train.py", f"--model_dir={run_dir}", "--bucket_boundaries=8,x", *TINY_FLAGS, check=False)
     assert failed.returncode != 0 and "--bucket_boundaries must be integers. Received: 8,x" in failed.stderr
     failed = run_script("train.py", f"--model_dir={run_dir}", "--sampling_alpha=0", *TINY_FLAGS, check=False)
     assert failed.returncode != 0 and "--sampling_alpha: The subword sampling alpha must be a number in (0, 1], got 0.0" in failed.stderr
+    failed = run_script("average_checkpoints.py", f"--model_dir={run_dir}", "--last=5", check=False)
+    assert failed.returncode == 1
+    assert one_line_error(failed) == f"Asked for the last 5 checkpoints, but {run_dir}/checkpoints holds 3. " \
+        "Average fewer, or train with --keep_checkpoints >= 5."
     output = run("average_checkpoints.py", f"--model_dir={run_dir}", "--last=2")
     assert "Averaged 2 checkpoints" in output
     averaged = tf.train.load_checkpoint(str(run_dir / "averaged" / "ckpt-9"))

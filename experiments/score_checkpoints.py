@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import flags
 
-from keras_transformer import cli
+from keras_transformer import cli, runs
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import default_tokenize, score_checkpoints
 from keras_transformer.visualization import plot_training_curves, write_scalar_events
@@ -50,7 +50,7 @@ def main(argv):
         max_output_offset=FLAGS.max_output_offset,
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
-    events = write_scalar_events(f"{FLAGS.model_dir}/logs/checkpoints", records)
+    events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
     start = results[0].wall_time
     print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {FLAGS.method} search")
     print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")

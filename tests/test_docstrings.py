@@ -1,4 +1,5 @@
-"""Every public layer and the Transformer document themselves with an example that runs."""
+"""Every public layer and the Transformer document themselves with an example, and every
+docstring example of every module of the package runs as a doctest."""
 
 import doctest
 import importlib
@@ -16,11 +17,7 @@ PUBLIC_CLASSES = [
     getattr(layers, name) for name in layers.__all__ if inspect.isclass(getattr(layers, name))
 ] + [models.Transformer]
 ARCHITECTURE_DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
-MODULES = [
-    module.name
-    for package in (layers, models)
-    for module in pkgutil.iter_modules(package.__path__, prefix=package.__name__ + ".")
-]
+MODULES = [module.name for module in pkgutil.walk_packages(keras_transformer.__path__, prefix="keras_transformer.")]
 
 
 def test_every_layer_is_public_and_listed():

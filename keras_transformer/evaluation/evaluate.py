@@ -4,9 +4,11 @@ import dataclasses
 import time
 from pathlib import Path
 
+from keras_transformer import runs
 from keras_transformer.evaluation.bleu import score_corpus
 from keras_transformer.evaluation.translator import SavedModelTranslator, Translator
 from keras_transformer.evaluation.translator import search_options as make_search_options
+from keras_transformer.runs import checkpoint_step  # noqa: F401 (public: evaluation.checkpoint_step)
 
 
 def default_tokenize(dataset):
@@ -137,9 +139,7 @@ def evaluate_run(
     BLEU = 97.12 nrefs:1|case:mixed|eff:no|tok:char|smooth:exp|version:2.6.0
     chrF2 = 99.01 nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0
     """
-    from keras_transformer.training.run import load_run
-
-    model, tokenizer, config = load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
+    model, tokenizer, config = runs.load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
     options = make_search_options(
         config,
         method,
@@ -198,15 +198,6 @@ class CheckpointScore:
     scores: object
 
 
-def checkpoint_step(path):
-    """The step number in a checkpoint prefix such as `.../ckpt-1200`."""
-    name = Path(path).name
-    try:
-        return int(name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        raise ValueError(f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')") from None
-
-
 def score_checkpoints(
     model_dir,
     pairs,
@@ -236,26 +227,18 @@ def score_checkpoints(
     Returns:
         a list of `CheckpointScore`, oldest first.
     """
-    import tensorflow as tf
-
-    from keras_transformer.training.checkpoints import checkpoint_paths, read_model_weights
-    from keras_transformer.training.run import load_run
-
-    checkpoint_dir = Path(model_dir) / "checkpoints"
-    paths = checkpoint_paths(checkpoint_dir)
-    timestamps = list(tf.train.get_checkpoint_state(str(checkpoint_dir)).all_model_checkpoint_timestamps)
-    if len(timestamps) != len(paths):
-        timestamps = [Path(f"{path}.index").stat().st_mtime for path in paths]
+    paths = runs.checkpoint_paths(runs.checkpoint_dir(model_dir))
+    timestamps = runs.checkpoint_times(runs.checkpoint_dir(model_dir), paths)
     chosen = [i for i in range(len(paths)) if i % every == (len(paths) - 1) % every]
-    model, tokenizer, config = load_run(model_dir, checkpoint=paths[chosen[0]])
+    model, tokenizer, config = runs.load_run(model_dir, checkpoint=paths[chosen[0]])
     translator = Translator(model, tokenizer, method, batch_size=batch_size, **make_search_options(config, method, **search_options))
     pairs = list(pairs)
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     results = []
     for i in chosen:
-        read_model_weights(model, paths[i])
+        runs.read_model_weights(model, paths[i])
         hypotheses, _ = translator(sources)
         scores = score_corpus(hypotheses, references, lowercase=lowercase, tokenize=tokenize)
-        results.append(CheckpointScore(checkpoint_step(paths[i]), float(timestamps[i]), paths[i], scores))
+        results.append(CheckpointScore(runs.checkpoint_step(paths[i]), timestamps[i], paths[i], scores))
     return results

@@ -1,8 +1,9 @@
 """Loss, schedule, strategies, the training loop, checkpoint averaging."""
 
-from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths, write_averaged_checkpoint
+from keras_transformer.runs import average_checkpoints, checkpoint_paths, load_run, read_run_config
+from keras_transformer.training.checkpoints import write_averaged_checkpoint
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy, label_smoothed_nll, token_losses
-from keras_transformer.training.run import DataOptions, load_run, prepare_tokenizer, train_translation
+from keras_transformer.training.run import DataOptions, prepare_tokenizer, train_translation
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
 from keras_transformer.training.strategy import STRATEGIES, create_strategy, is_chief
 from keras_transformer.training.trainer import (
@@ -11,7 +12,6 @@ from keras_transformer.training.trainer import (
     DivergenceError,
     Trainer,
     TrainOptions,
-    read_run_config,
     write_run_config,
 )
 

@@ -1,7 +1,7 @@
 """Train a translation model end to end: corpus -> tokenizer -> pipeline -> Trainer.
 
-Everything a run needs later (decoding, evaluation, export) is written into its directory:
-`config.json`, `spm.model`, `checkpoints/`, `logs/`.
+Everything a run needs later (decoding, evaluation, export) is written into its directory
+(layout: `keras_transformer.runs`).
 """
 
 import dataclasses
@@ -16,10 +16,9 @@ from keras_transformer.data.pipeline import check_bucket_boundaries, make_datase
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
+from keras_transformer.runs import TOKENIZER_FILE, config_path, load_run, log_dir, read_run_config, tokenizer_path  # noqa: F401
 from keras_transformer.training.strategy import is_chief
-from keras_transformer.training.trainer import Trainer, TrainOptions, read_run_config, write_run_config
-
-TOKENIZER_FILE = "spm.model"
+from keras_transformer.training.trainer import Trainer, TrainOptions, write_run_config
 
 
 def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0):
@@ -27,7 +26,7 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
 
     Only the chief trains; other workers of a multi-worker run wait for its file.
     """
-    path = Path(model_dir) / TOKENIZER_FILE
+    path = tokenizer_path(model_dir)
     if not chief:
         deadline = time.time() + timeout
         while not path.exists():
@@ -73,7 +72,7 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
     model_dir = Path(model_dir)
-    if (model_dir / "config.json").exists():
+    if config_path(model_dir).exists():
         previous, _ = read_run_config(model_dir)
         before, now = previous.architecture(), config.architecture()
         changed = sorted(name for name in now if before[name] != now[name])
@@ -120,42 +119,7 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         padding_fraction=padding,
         model_dir=str(model_dir),
         checkpoint=trainer.manager.latest_checkpoint,
-        tokenizer=str(model_dir / TOKENIZER_FILE),
-        logs=str(model_dir / "logs"),
+        tokenizer=str(tokenizer_path(model_dir)),
+        logs=str(log_dir(model_dir)),
     )
     return trainer, results
-
-
-def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
-    """The trained model and tokenizer of a run directory.
-
-    Args:
-        model_dir: a directory written by `train_translation` / `experiments/train.py`.
-        checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`).
-        average_last: instead, average the last this many checkpoints.
-        dtype: dtype policy of the rebuilt model (default float32).
-
-    Returns:
-        `(model, tokenizer, config)`.
-
-    Raises:
-        FileNotFoundError / ValueError naming the directory when it is not a run or has no
-        checkpoint.
-    """
-    from keras_transformer.models.transformer import Transformer
-    from keras_transformer.training.checkpoints import average_checkpoints, checkpoint_paths, read_model_weights
-
-    model_dir = Path(model_dir)
-    config, _ = read_run_config(model_dir)
-    tokenizer_path = model_dir / TOKENIZER_FILE
-    if not tokenizer_path.exists():
-        raise FileNotFoundError(f"No tokenizer at {tokenizer_path}")
-    model = Transformer(config, dtype=dtype)
-    if average_last:
-        average_checkpoints(model, checkpoint_paths(model_dir / "checkpoints", average_last))
-    else:
-        checkpoint = checkpoint or tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-        if not checkpoint:
-            raise ValueError(f"No checkpoint in {model_dir / 'checkpoints'}")
-        read_model_weights(model, checkpoint)
-    return model, Tokenizer(tokenizer_path), config

@@ -15,9 +15,7 @@ the input, so a resumed run continues exactly where the interrupted one stopped.
 """
 
 import dataclasses
-import json
 import math
-import os
 import signal
 import threading
 import time
@@ -27,11 +25,13 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from keras_transformer import runs
 from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training.loss import label_smoothed_nll
 from keras_transformer.training.schedule import paper_optimizer
+from keras_transformer.runs import read_run_config  # noqa: F401 (public: training.read_run_config)
 from keras_transformer.training.strategy import is_chief
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -173,9 +173,10 @@ class Trainer:
             )
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
-            str(self.write_dir / "checkpoints"),
+            str(runs.checkpoint_dir(self.write_dir)),
             max_to_keep=self.keep_checkpoints,
             step_counter=self.optimizer.iterations,
+            checkpoint_name=runs.CHECKPOINT_PREFIX,
         )
         self._restored = False
         self._build_step_functions()
@@ -195,7 +196,7 @@ class Trainer:
     def restore(self):
         """Restore the latest complete checkpoint if there is one; returns its path or None."""
         self._restored = True
-        path = tf.train.latest_checkpoint(str(self.model_dir / "checkpoints"))
+        path = runs.latest_checkpoint(self.model_dir)
         if path:
             self.checkpoint.restore(path).assert_existing_objects_matched()
             logging.info("Restored %s at step %d", path, self.step)
@@ -362,10 +363,10 @@ class Trainer:
             return results
         iterator = iter(self.strategy.distribute_datasets_from_function(self._resumed_input(train_dataset_fn)))
         writers = {
-            name: tf.summary.create_file_writer(str(self.model_dir / "logs" / name))
+            name: tf.summary.create_file_writer(str(runs.log_dir(self.model_dir, name)))
             if self.chief
             else tf.summary.create_noop_writer()
-            for name in ("train", "validation")
+            for name in (runs.TRAIN_LOG, runs.VALIDATION_LOG)
         }
         meter = _ProgressMeter(last_step, options.progress, self.step)
         with _TerminationSignal() as termination:
@@ -373,11 +374,11 @@ class Trainer:
                 loss_sum, tokens, stop, applied = self._update(iterator, tf.constant(float(termination.received)))
                 loss_sum, tokens, step = float(loss_sum), float(tokens), self.step
                 if not bool(applied):
-                    self._refuse_nonfinite(step + 1, loss_sum, writers["train"])
+                    self._refuse_nonfinite(step + 1, loss_sum, writers[runs.TRAIN_LOG])
                 else:
                     meter.add(loss_sum, tokens)
                     if step % options.log_every == 0 or step == last_step:
-                        results.update(self._log(meter, writers["train"], step, padding_fraction))
+                        results.update(self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction))
                 if float(stop) > 0:
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
@@ -389,11 +390,11 @@ class Trainer:
                 if step % options.checkpoint_every == 0:
                     self.save()
                 if validation_dataset is not None and options.eval_every and step % options.eval_every == 0:
-                    results.update(self._validate(validation_dataset, writers["validation"], step))
+                    results.update(self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step))
         if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(f"-{self.step}"):
             self.save()
         if validation_dataset is not None and (not options.eval_every or self.step % options.eval_every):
-            results.update(self._validate(validation_dataset, writers["validation"], self.step))
+            results.update(self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step))
         for writer in writers.values():
             writer.flush()
         results.update(step=self.step, skipped_steps=self.skipped_steps)
@@ -510,22 +511,8 @@ class _TerminationSignal:
 
 
 def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):
-    """Write `config.json` (model config, training options, data settings) into the run directory."""
-    model_dir = Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})}
-    temporary = model_dir / "config.json.tmp"
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(temporary, model_dir / "config.json")
-
-
-def read_run_config(model_dir):
-    """The `(TransformerConfig, run config dict)` of a run directory."""
-    path = Path(model_dir) / "config.json"
-    if not path.exists():
-        raise FileNotFoundError(f"No run config at {path}: is {model_dir} a training run directory?")
-    payload = json.loads(path.read_text())
-    return TransformerConfig.from_dict(payload["model"]), payload
+    """Write the run's config (model config, training options, data settings) into its directory."""
+    runs.write_run_config(model_dir, {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})})
 
 
 def _seed_states(model):

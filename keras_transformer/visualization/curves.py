@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer import runs
+
 
 @dataclasses.dataclass(frozen=True)
 class Scalars:
@@ -112,16 +114,12 @@ def write_scalar_events(log_dir, records):
     return path
 
 
-LOGS = ("train", "validation", "checkpoints")
-"""Log directories of a run: the trainer's two, and checkpoint scores written afterwards."""
-
-
 def read_run_scalars(model_dir):
     """`{"train": {...}, "validation": {...}, "checkpoints": {...}}` (`{tag: Scalars}` each) of a run directory."""
-    logs = Path(model_dir) / "logs"
+    logs = runs.log_dir(model_dir)
     if not logs.is_dir():
         raise FileNotFoundError(f"No TensorBoard logs in {model_dir} (expected {logs})")
-    return {name: read_scalars(logs / name) for name in LOGS}
+    return {name: read_scalars(logs / name) for name in runs.LOG_NAMES}
 
 
 PANELS = (

@@ -1,0 +1,195 @@
+"""The run directory: what a training run writes, and reading it back.
+
+Layout (written by `training.train_translation` / `experiments/train.py`)::
+
+    <run>/config.json        the model config, training options and data settings
+    <run>/spm.model          the joint SentencePiece model
+    <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
+    <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
+    <run>/averaged/          ckpt-<step> written by checkpoint averaging
+
+Every module that reads or writes a run uses these names and functions; none spells the
+layout itself.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import Tokenizer
+from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.transformer import Transformer
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "spm.model"
+CHECKPOINTS = "checkpoints"
+LOGS = "logs"
+AVERAGED = "averaged"
+CHECKPOINT_PREFIX = "ckpt"  # checkpoints are <prefix>-<step>
+# Log directories under logs/: the trainer's two, and the checkpoint scores written afterwards.
+TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG = "train", "validation", "checkpoints"
+LOG_NAMES = (TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG)
+
+
+def config_path(model_dir):
+    return Path(model_dir) / CONFIG_FILE
+
+
+def tokenizer_path(model_dir):
+    return Path(model_dir) / TOKENIZER_FILE
+
+
+def checkpoint_dir(model_dir):
+    return Path(model_dir) / CHECKPOINTS
+
+
+def log_dir(model_dir, name=None):
+    """`<run>/logs`, or `<run>/logs/<name>` (e.g. "train", "validation", "checkpoints")."""
+    path = Path(model_dir) / LOGS
+    return path / name if name else path
+
+
+def averaged_dir(model_dir):
+    return Path(model_dir) / AVERAGED
+
+
+def write_run_config(model_dir, payload):
+    """Write `payload` (a JSON-able dict with the model config under "model") as the run's config, atomically."""
+    path = config_path(model_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    os.replace(temporary, path)
+    return path
+
+
+def read_run_config(model_dir):
+    """The `(TransformerConfig, whole config dict)` of a run directory.
+
+    Raises:
+        FileNotFoundError: naming the directory when it holds no run config.
+    """
+    path = config_path(model_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"No run config at {path}: is {model_dir} a training run directory?")
+    payload = json.loads(path.read_text())
+    return TransformerConfig.from_dict(payload["model"]), payload
+
+
+def checkpoint_step(path):
+    """The step number in a checkpoint prefix such as `.../ckpt-1200`.
+
+    Example:
+
+    >>> checkpoint_step("runs/demo/checkpoints/ckpt-1200")
+    1200
+    """
+    name = Path(path).name
+    try:
+        return int(name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')") from None
+
+
+def checkpoint_paths(directory, last=None):
+    """Paths of the complete checkpoints in `directory`, oldest first (the last `last`).
+
+    Args:
+        directory: a checkpoint directory (`checkpoint_dir(run)`).
+        last: keep only the newest this many.
+
+    Raises:
+        ValueError: there is no checkpoint, or fewer than `last` (naming both numbers).
+    """
+    state = tf.train.get_checkpoint_state(str(directory))
+    if state is None or not state.all_model_checkpoint_paths:
+        raise ValueError(f"No checkpoints in {directory}")
+    paths = list(state.all_model_checkpoint_paths)
+    if last and last > len(paths):
+        raise ValueError(
+            f"Asked for the last {last} checkpoints, but {directory} holds {len(paths)}. "
+            f"Average fewer, or train with --keep_checkpoints >= {last}."
+        )
+    return paths[-last:] if last else paths
+
+
+def checkpoint_times(directory, paths):
+    """Save times (seconds since the epoch) of the checkpoints at `paths`, as the manager recorded them."""
+    recorded = list(tf.train.get_checkpoint_state(str(directory)).all_model_checkpoint_timestamps)
+    if len(recorded) == len(paths):
+        return [float(time) for time in recorded]
+    return [Path(f"{path}.index").stat().st_mtime for path in paths]
+
+
+def latest_checkpoint(model_dir):
+    """The newest complete checkpoint of a run, or None."""
+    return tf.train.latest_checkpoint(str(checkpoint_dir(model_dir)))
+
+
+def read_model_weights(model, path):
+    """Load the model weights of a trainer checkpoint (`tf.train.Checkpoint(model=...)`) into `model`.
+
+    Optimizer state in the checkpoint is ignored; every model variable must be found.
+    """
+    tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+    return model
+
+
+def average_checkpoints(model, paths):
+    """Set `model`'s variables to the element-wise mean over the checkpoints at `paths`.
+
+    The checkpoints must have been written by the toolkit's trainer (a
+    `tf.train.Checkpoint` holding `model=`). Floating-point weights are averaged.
+    Optimizer slots are ignored.
+
+    Args:
+        model: a built model with the same architecture.
+        paths: checkpoint prefixes (e.g. from `checkpoint_paths`).
+
+    Returns:
+        the model, with averaged weights.
+    """
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint path. Received: []")
+    variables = [v for v in model.weights if "float" in str(v.dtype)]
+    sums = [np.zeros(v.shape, dtype=np.float64) for v in variables]
+    for path in paths:
+        read_model_weights(model, path)
+        for total, variable in zip(sums, variables):
+            total += np.asarray(variable.numpy(), dtype=np.float64)
+    for total, variable in zip(sums, variables):
+        variable.assign((total / len(paths)).astype(variable.dtype))
+    return model
+
+
+def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
+    """The trained model and tokenizer of a run directory.
+
+    Args:
+        model_dir: a directory written by `train_translation` / `experiments/train.py`.
+        checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`).
+        average_last: instead, average the last this many checkpoints.
+        dtype: dtype policy of the rebuilt model (default float32).
+
+    Returns:
+        `(model, tokenizer, config)`.
+
+    Raises:
+        FileNotFoundError / ValueError naming the directory when it is not a run or has no
+        checkpoint.
+    """
+    config, _ = read_run_config(model_dir)
+    if not tokenizer_path(model_dir).exists():
+        raise FileNotFoundError(f"No tokenizer at {tokenizer_path(model_dir)}")
+    model = Transformer(config, dtype=dtype)
+    if average_last:
+        average_checkpoints(model, checkpoint_paths(checkpoint_dir(model_dir), average_last))
+    else:
+        checkpoint = checkpoint or latest_checkpoint(model_dir)
+        if not checkpoint:
+            raise ValueError(f"No checkpoint in {checkpoint_dir(model_dir)}")
+        read_model_weights(model, checkpoint)
+    return model, Tokenizer(tokenizer_path(model_dir)), config

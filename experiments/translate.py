@@ -5,7 +5,9 @@
         --output=hyp.txt --method=beam --beam_size=4 --plot_attention=attention/
 
 Lines come from --input (default: stdin) and go to --output (default: stdout), in order;
-blank lines stay blank. Search settings not given come from the run's config (paper:
+blank lines stay blank (score 0.0). Input is read as the exported SavedModel reads text:
+invalid UTF-8 becomes U+FFFD, and a line longer than the model's max_length in pieces is cut
+(both with a warning on stderr naming the line). Search settings not given come from the run's config (paper:
 beam 4, length penalty 0.6, input length + 50). --plot_attention=DIR writes, for every
 input line i, `line<i>_{encoder,decoder_self,cross}_layer<l>.png` heatmaps (one grid of
 heads per layer and kind).
@@ -17,7 +19,7 @@ from pathlib import Path
 from absl import app, flags
 
 from keras_transformer import cli
-from keras_transformer.evaluation import Translator, search_options, translate_lines
+from keras_transformer.evaluation import Translator, decode_lines, search_options, translate_lines
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_checkpoint_flags()
@@ -35,17 +37,21 @@ FLAGS = flags.FLAGS
 
 
 def read_lines(path):
-    if path:
-        text = Path(path).read_text(encoding="utf-8")
-    else:
-        text = sys.stdin.buffer.read().decode("utf-8")
-    return text.splitlines()
+    """`(lines, name)`: the input lines (see `evaluation.decode_lines`) and a name for messages."""
+    if not path:
+        return decode_lines(sys.stdin.buffer.read()), "<stdin>"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise app.UsageError(f"Cannot read --input={path}: {err.strerror}") from err
+    return decode_lines(data), path
 
 
 def main(argv):
     del argv
     from keras_transformer.training import load_run
 
+    (lines, replaced), name = read_lines(FLAGS.input)  # before the model: a bad --input fails at once
     model, tokenizer, config = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
     try:
         options = search_options(
@@ -62,7 +68,12 @@ def main(argv):
     except ValueError as err:
         raise app.UsageError(str(err)) from err
     translator = Translator(model, tokenizer, FLAGS.method, batch_size=FLAGS.batch_size, **options)
-    lines = read_lines(FLAGS.input)
+    warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
+    limit = translator.max_source_length
+    for index, pieces in translator.cut_sources(lines):
+        warnings.append((index, f"{pieces} pieces, cut to the first {limit - 1} (max_source_length {limit})"))
+    for index, warning in sorted(warnings):
+        print(f"Warning: {name}, line {index + 1}: {warning}", file=sys.stderr)
     translations, scores = translate_lines(translator, lines)
     if FLAGS.scores:
         translations = [f"{text}\t{score:.4f}" for text, score in zip(translations, scores)]
@@ -86,4 +97,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

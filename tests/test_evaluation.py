@@ -1,7 +1,6 @@
 """sacreBLEU scoring, batched translation, and evaluating a trained run or a SavedModel."""
 
 import doctest
-import math
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from keras_transformer.evaluation import (
     Translator,
     corpus_bleu,
     corpus_chrf,
+    decode_lines,
     default_tokenize,
     evaluate_run,
     evaluate_saved_model,
@@ -127,7 +127,18 @@ def test_translate_lines_keeps_blank_lines():
 
     translations, scores = translate_lines(translate, ["abc", "", "  ", "de"])
     assert translations == ["cba", "", "", "ed"] and seen == ["abc", "de"]
-    assert math.isnan(scores[1]) and scores[3] == 1.0
+    assert scores == [1.0, 0.0, 0.0, 1.0]  # blank lines score 0.0, as the SavedModel scores an empty text
+
+
+def test_decode_lines_replaces_invalid_utf8_as_the_saved_model_does():
+    data = b"one\r\ntwo \xff\xfe three \xc3\n\nf\xc3\xbcnf\x0bsechs\xe2\x80\xa8"
+    lines, replaced = decode_lines(data)
+    # Only "\n" ends a line (not \x0b, not U+2028); "\r\n" counts as "\n"; the last line has no "\n".
+    assert lines == ["one", "two \ufffd\ufffd three \ufffd", "", "f\u00fcnf\x0bsechs\u2028"]
+    assert replaced == [1]
+    # The same replacement as Python's (which the SavedModel tests compare against).
+    assert lines[1] == b"two \xff\xfe three \xc3".decode("utf-8", errors="replace")
+    assert decode_lines(b"") == ([], []) and decode_lines(b"\n") == ([""], [])
 
 
 def test_search_options():

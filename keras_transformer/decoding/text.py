@@ -10,6 +10,23 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
 
+REPLACEMENT_CHARACTER = 0xFFFD
+
+
+def valid_utf8(text):
+    """tf.string `text` with invalid UTF-8 sequences replaced by U+FFFD (same shape).
+
+    The one rule for input text, in Python (`evaluation.decode_lines`) and in the exported
+    SavedModel (`export.Translator`): decoding never fails.
+    """
+    return tf.strings.unicode_transcode(
+        text,
+        input_encoding="UTF-8",
+        output_encoding="UTF-8",
+        errors="replace",
+        replacement_char=REPLACEMENT_CHARACTER,
+    )
+
 
 def encode_source(tokenizer, texts, max_length):
     """Source ids for `texts`: pieces, cut to `max_length - 1`, then EOS, right-padded with 0.

@@ -46,7 +46,7 @@ def search_options(config, method="beam", **overrides):
     options = options_from_config(config, method)
     options.update(given)
     return options
-from keras_transformer.decoding.text import decode_text, encode_source
+from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 
 
 def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
@@ -86,6 +86,28 @@ def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
     return translations, scores
 
 
+def decode_lines(data):
+    """The lines of `data` (bytes), decoded as the exported SavedModel decodes text.
+
+    Invalid UTF-8 sequences become U+FFFD (`decoding.text.valid_utf8`, the op the
+    SavedModel runs), so reading never fails. Lines end at "\n" only (a "\r" before it is
+    dropped); a final line without "\n" counts.
+
+    Returns:
+        `(lines: list[str], replaced: list[int])`: the lines, and the 0-based indices of
+        the lines that held invalid UTF-8.
+    """
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    raw = [line[:-1] if line.endswith(b"\r") else line for line in raw]
+    if not raw:
+        return [], []
+    lines = [line.decode("utf-8") for line in valid_utf8(tf.constant(raw, tf.string)).numpy()]
+    replaced = [index for index, (line, text) in enumerate(zip(raw, lines)) if line != text.encode("utf-8")]
+    return lines, replaced
+
+
 def translate_lines(translate, lines):
     """Translate text lines, keeping blank lines blank (they are not decoded).
 
@@ -94,11 +116,12 @@ def translate_lines(translate, lines):
         lines: the input lines (without line ends).
 
     Returns:
-        `(translations, scores)` aligned with `lines`; blank lines get "" and score NaN.
+        `(translations, scores)` aligned with `lines`; blank lines get "" and score 0.0
+        (as the exported SavedModel answers an empty text).
     """
     lines = list(lines)
     indices = [i for i, line in enumerate(lines) if line.strip()]
-    translations, scores = [""] * len(lines), [float("nan")] * len(lines)
+    translations, scores = [""] * len(lines), [0.0] * len(lines)
     if indices:
         outputs, output_scores = translate([lines[i] for i in indices])
         for i, output, score in zip(indices, outputs, output_scores):
@@ -164,6 +187,19 @@ class Translator:
     def source_ids(self, texts):
         """int32 `(B, S)` EOS-terminated, PAD-padded source ids of `texts`."""
         return encode_source(self.tokenizer, list(texts), self.max_source_length)
+
+    def cut_sources(self, texts):
+        """The texts that are cut to `max_source_length` (EOS included) before decoding.
+
+        Returns:
+            a list of `(index, pieces)`: the 0-based index of each such text and its
+            number of SentencePiece pieces (more than `max_source_length - 1`).
+        """
+        texts = list(texts)
+        if not texts:
+            return []
+        pieces = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
+        return [(index, int(count)) for index, count in enumerate(pieces) if count > self.max_source_length - 1]
 
     def search(self, texts):
         """The best hypotheses of one batch: `(token_ids (B, L) int32, scores (B,))` tensors.

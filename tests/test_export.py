@@ -40,6 +40,8 @@ from keras_transformer.export import (
 )
 from keras_transformer.export.ops_check import TENSORFLOW_ONLY_PRELUDE
 from keras_transformer.training import load_run
+from tests import runtimes
+from tests.scripts import run_script
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "numbers"
@@ -103,6 +105,7 @@ def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
     assert "translate(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
     assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, 98]" in stdout
     assert "score(source: string [None], target: string [None]) -> log_probability: float32 [None]" in stdout
+    assert "translate_nbest(text: string [None]) -> scores: float32 [None, 4], translations: string [None, 4]" in stdout
     assert "Sample (loaded export): 'twenty one' -> '" in stdout
     assert "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48" in stdout
 
@@ -121,7 +124,7 @@ def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
     logs = read_warmup_requests(version_dir)
     requests = [log.predict_log.request for log in logs]
     assert [r.model_spec.signature_name for r in requests] == [
-        "serving_default", "serving_default", "translate", "translate_ids", "score"
+        "serving_default", "serving_default", "translate", "translate_ids", "translate_nbest", "score"
     ]
     assert all(r.model_spec.name == NAME for r in requests)
     assert tf.make_ndarray(requests[1].inputs["text"]).tolist() == [b"twenty one", b"", SENTENCES[1].encode()]
@@ -141,11 +144,11 @@ def test_saved_model_cli_lists_the_signatures(exported):
         [str(cli), "show", "--all", "--dir", str(version_dir)], capture_output=True, text=True, timeout=600, env=_env()
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("serving_default", "translate", "translate_ids", "score"):
+    for name in ("serving_default", "translate", "translate_ids", "translate_nbest", "score"):
         assert f"signature_def['{name}']" in result.stdout
     for tensor in ("inputs['text']", "inputs['source_ids']", "inputs['source']", "inputs['target']",
                    "outputs['translation']", "outputs['score']", "outputs['token_ids']", "outputs['scores']",
-                   "outputs['log_probability']"):
+                   "outputs['log_probability']", "outputs['translations']"):
         assert tensor in result.stdout
 
 
@@ -161,6 +164,15 @@ def test_every_op_is_core_tensorflow_or_sentencepiece(exported):
     assert set(groups) == {"tensorflow", "tensorflow_text"}
     assert set(groups["tensorflow_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
     assert {"While", "TopKV2", "UnicodeTranscode", "EnsureShape", "ScatterNd"} <= set(groups["tensorflow"])
+
+
+def test_every_op_is_registered_in_the_loading_runtime(exported, loader_python):
+    _, version_dir = exported
+    python, runtime = loader_python
+    report = check_saved_model_ops(version_dir, python=python)
+    assert report.ok, report.summary()
+    if runtime != "exporting":
+        assert report.runtime.startswith(f"tensorflow {runtime}.") and f"tensorflow-text {runtime}." in report.runtime
 
 
 def test_ops_check_flags_python_and_custom_ops(tmp_path):
@@ -191,7 +203,7 @@ def test_ops_check_flags_python_and_custom_ops(tmp_path):
     assert report.origins["Identity"] == "tensorflow"
     assert report.disallowed == ["EagerPyFunc", "MyCustomOp", "XlaDynamicUpdateSlice"]
     expected = "EagerPyFunc \\(python\\), MyCustomOp \\(unregistered\\), XlaDynamicUpdateSlice \\(xla\\)"
-    with pytest.raises(ValueError, match=expected):
+    with pytest.raises(ValueError, match=f"model server of tensorflow {tf.__version__}, tensorflow-text .*: {expected}"):
         assert_servable_ops(directory)
 
 
@@ -232,6 +244,8 @@ def reference(run_objects):
     assert [t.decode() for t in decode_text(tokenizer, token_ids).numpy()] == texts
     long_ids = encode_source(tokenizer, [LONG_TEXT], 48).numpy()
     long_text, _ = translate(model, tokenizer, [LONG_TEXT], "beam", max_length=98, **BEAM)
+    nbest = make_search_fn(model, "beam", max_length=98, num_return=BEAM["beam_size"], **BEAM)(source_ids)
+    nbest_texts = decode_text(tokenizer, nbest["token_ids"]).numpy()  # (B, K)
     return {
         "texts": texts,
         "scores": scores,
@@ -242,95 +256,33 @@ def reference(run_objects):
         "long_ids": long_ids,
         "long_text": long_text[0],
         "pieces": [tokenizer.tokenize([t]).to_list()[0] for t in texts],
+        "nbest_texts": [[text.decode() for text in row] for row in nbest_texts],
+        "nbest_scores": nbest["scores"].numpy(),
     }
 
 
 # --- ONE clean process for every check of the loaded export ---
 
-SERVE_SCRIPT = TENSORFLOW_ONLY_PRELUDE + r'''
-import base64
-import json
-
-import tensorflow as tf
-
-from tensorflow.python.framework import op_def_registry
-
-core_only = {name: op_def_registry.get(name) is not None for name in ("SentencepieceOp", "ReadVariableOp")}
-load_sentencepiece_ops()
-
-case = json.loads(open(sys.argv[1]).read())
-unb64 = lambda items: [base64.b64decode(item) for item in items]
-b64 = lambda array: [base64.b64encode(item).decode("ascii") for item in array.tolist()]
-loaded = tf.saved_model.load(case["export"])
-sig = loaded.signatures
-out = {"core_only": core_only}
+LOADER = Path(__file__).with_name("clean_process_loader.py")
+# The interpreters that load the export: this one (TensorFlow 2.21, without Keras), and a
+# clean environment per serving runtime (tests/runtimes.py; 2.19 and 2.18 on request).
+LOADER_RUNTIMES = ["exporting", *runtimes.selected_runtimes()]
 
 
-def run_text(name, texts):
-    result = sig[name](text=tf.constant(texts, tf.string))
-    return {"translation": b64(result["translation"].numpy()), "score": result["score"].numpy().tolist(),
-            "shapes": [result["translation"].shape.as_list(), result["score"].shape.as_list()]}
-
-
-def error_of(call):
-    try:
-        call()
-    except Exception as err:  # the type and message are what the tests check
-        return {"type": type(err).__name__, "message": str(err)}
-    return None
-
-
-sentences = unb64(case["sentences"])
-out["translate"] = run_text("translate", sentences)
-out["serving_default"] = run_text("serving_default", sentences)
-ids = sig["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
-out["translate_ids"] = {"token_ids": ids["token_ids"].numpy().tolist(), "scores": ids["scores"].numpy().tolist()}
-scored = sig["score"](source=tf.constant(sentences), target=tf.constant(unb64(case["targets"])))
-out["score"] = scored["log_probability"].numpy().tolist()
-
-odd = unb64(case["odd"])
-out["odd_batch"] = run_text("translate", odd)
-out["odd_alone"] = [run_text("translate", [text]) for text in odd]
-out["replaced"] = run_text("translate", [case["replaced"]])
-long_ids = sig["translate_ids"](source_ids=tf.constant(case["long_ids"], tf.int32))
-out["long_ids"] = long_ids["token_ids"].numpy().tolist()
-dirty = sig["translate_ids"](source_ids=tf.constant(case["dirty_ids"], tf.int32))
-clean = sig["translate_ids"](source_ids=tf.constant(case["clean_ids"], tf.int32))
-out["dirty_ids"] = [dirty["token_ids"].numpy().tolist(), clean["token_ids"].numpy().tolist()]
-
-empty_text = tf.zeros([0], tf.string)
-empty_ids = sig["translate_ids"](source_ids=tf.zeros([0, 0], tf.int32))
-out["empty_batch"] = {
-    "translate": run_text("translate", empty_text)["shapes"],
-    "translate_ids": [value.shape.as_list() for _, value in sorted(empty_ids.items())],
-    "score": sig["score"](source=empty_text, target=empty_text)["log_probability"].shape.as_list(),
-}
-empty_score = sig["score"](source=tf.constant(["", "one"]), target=tf.constant(["", ""]))
-out["empty_score"] = empty_score["log_probability"].numpy().tolist()
-
-out["errors"] = {
-    "signature_int_text": error_of(lambda: sig["translate"](text=tf.constant([1, 2]))),
-    "signature_rank2_text": error_of(lambda: sig["translate"](text=tf.constant([["one", "two"]]))),
-    "signature_scalar_text": error_of(lambda: sig["serving_default"](text=tf.constant("one"))),
-    "signature_float_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([[5.0, 3.0]]))),
-    "signature_rank1_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([5, 3]))),
-    "signature_missing_input": error_of(lambda: sig["translate"](txt=tf.constant(["one"]))),
-    "score_batch_mismatch": error_of(lambda: sig["score"](source=tf.constant(["one", "two"]), target=tf.constant(["eins"]))),
-    "function_int_text": error_of(lambda: loaded.translate(tf.constant([1, 2]))),
-    "function_rank2_text": error_of(lambda: loaded.translate(tf.constant([["one", "two"]]))),
-    "function_float_ids": error_of(lambda: loaded.translate_ids(tf.constant([[5.0, 3.0]]))),
-}
-out["after_errors"] = run_text("translate", sentences)
-out["function_translate"] = {"score": loaded.translate(tf.constant(sentences))["score"].numpy().tolist()}
-out["asset_path"] = loaded.tokenizer_model.asset_path.numpy().decode()
-out["modules"] = sorted({name.split(".")[0] for name in sys.modules})
-json.dump(out, open(sys.argv[2], "w"))
-'''
+@pytest.fixture(scope="module", params=LOADER_RUNTIMES, ids=[f"tf{r}" if r[0].isdigit() else r for r in LOADER_RUNTIMES])
+def loader_python(request):
+    """`(interpreter, runtime)`: this process's, or the clean environment of a serving runtime."""
+    if request.param == "exporting":
+        return sys.executable, request.param
+    python, versions, seconds = runtimes.runtime_python(request.param)
+    print(f"runtime {request.param}: {versions}, created in {seconds:.0f} s" if seconds else f"runtime {request.param}: {versions}")
+    return str(python), request.param
 
 
 @pytest.fixture(scope="module")
-def served(exported, reference, run_objects, tmp_path_factory):
+def served(exported, reference, run_objects, loader_python, tmp_path_factory):
     _, version_dir = exported
+    python, runtime = loader_python
     _, tokenizer, _ = run_objects
     directory = tmp_path_factory.mktemp("served")
     long_row = np.arange(60, dtype=np.int32) % 100 + 4  # 60 pieces: longer than max_source_length
@@ -347,14 +299,18 @@ def served(exported, reference, run_objects, tmp_path_factory):
     }
     (directory / "case.json").write_text(json.dumps(case))
     result = subprocess.run(
-        [sys.executable, "-c", SERVE_SCRIPT, str(directory / "case.json"), str(directory / "out.json")],
+        [python, "-c", TENSORFLOW_ONLY_PRELUDE + LOADER.read_text(), str(directory / "case.json"), str(directory / "out.json")],
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
     )
-    assert result.returncode == 0, result.stderr[-5000:]
-    return json.loads((directory / "out.json").read_text())
+    assert result.returncode == 0, f"{python}:\n{result.stderr[-5000:]}"
+    out = json.loads((directory / "out.json").read_text())
+    if runtime != "exporting":
+        assert out["runtime"]["tensorflow"].startswith(runtime + "."), out["runtime"]
+        assert out["runtime"]["tensorflow-text"].startswith(runtime + "."), out["runtime"]
+    return out
 
 
 def _texts(encoded):
@@ -378,6 +334,29 @@ def test_translate_matches_in_library_decoding(served, reference):
 def test_translate_ids_matches_in_library_search(served, reference):
     np.testing.assert_array_equal(served["translate_ids"]["token_ids"], reference["token_ids"])
     np.testing.assert_allclose(served["translate_ids"]["scores"], reference["search_scores"], atol=SCORE_TOLERANCE)
+
+
+def test_translate_nbest_is_the_library_beam_search_returning_k(served, reference):
+    nbest = served["translate_nbest"]
+    assert [_texts(row) for row in nbest["translations"]] == reference["nbest_texts"]
+    np.testing.assert_allclose(nbest["scores"], reference["nbest_scores"], atol=SCORE_TOLERANCE)
+    assert np.array(nbest["scores"]).shape == (len(SENTENCES), BEAM["beam_size"])
+    assert all(row == sorted(row, reverse=True) for row in nbest["scores"])  # best first
+    # Row 0 is `translate`'s translation; the K hypotheses are distinct.
+    assert [_texts(row)[0] for row in nbest["translations"]] == _texts(served["translate"]["translation"])
+    np.testing.assert_allclose([row[0] for row in nbest["scores"]], served["translate"]["score"], atol=SCORE_TOLERANCE)
+    assert any(len(set(_texts(row))) > 1 for row in nbest["translations"])
+
+
+def test_translate_nbest_bad_inputs(served):
+    odd = served["odd_nbest"]
+    assert np.array(odd["scores"]).shape == (len(ODD_INPUTS), BEAM["beam_size"])
+    for index in (0, 1):  # "" and whitespace only: K empty translations, scores 0.0
+        assert _texts(odd["translations"][index]) == [""] * BEAM["beam_size"]
+        assert odd["scores"][index] == [0.0] * BEAM["beam_size"]
+    for index, alone in enumerate(served["odd_alone"]):  # the batch's best rows equal one-at-a-time translate
+        assert _texts(odd["translations"][index])[0] == _texts(alone["translation"])[0]
+        assert odd["scores"][index][0] == pytest.approx(alone["score"][0], abs=SCORE_TOLERANCE)
 
 
 def test_score_is_the_forced_decoding_log_probability(served, reference):
@@ -432,6 +411,7 @@ def test_token_ids_out_of_vocabulary_become_unk_and_long_rows_are_cut(served):
 def test_empty_batch_gives_empty_outputs(served):
     assert served["empty_batch"]["translate"] == [[0], [0]]
     assert served["empty_batch"]["translate_ids"] == [[0], [0, 98]]  # scores, token_ids
+    assert served["empty_batch"]["translate_nbest"] == [[0, 4], [0, 4]]  # scores, translations
     assert served["empty_batch"]["score"] == [0]
 
 
@@ -446,6 +426,8 @@ def test_wrong_dtype_or_rank_is_a_clear_error_and_the_model_keeps_working(served
     assert errors["signature_int_text"]["type"] == "InvalidArgumentError"
     assert "expected to be a string tensor but is a int32 tensor" in errors["signature_int_text"]["message"]
     assert "expected to be a int32 tensor but is a float tensor" in errors["signature_float_ids"]["message"]
+    assert "expected to be a string tensor but is a int32 tensor" in errors["nbest_int_text"]["message"]
+    assert "is not compatible with expected shape [?]" in errors["nbest_rank2_text"]["message"]
     assert "is not compatible with expected shape [?]" in errors["signature_rank2_text"]["message"]
     assert "is not compatible with expected shape [?]" in errors["signature_scalar_text"]["message"]
     assert "is not compatible with expected shape [?,?]" in errors["signature_rank1_ids"]["message"]
@@ -504,10 +486,26 @@ def test_failed_export_leaves_no_partial_version(exported, translator, tmp_path,
     assert list_versions(model_root) == [1, 2]
     assert sorted(entry.name for entry in model_root.iterdir()) == ["1", "2", "models.config"]
     assert (result.path / "assets" / "spm.model").is_file()
-    assert len(read_warmup_requests(result.path)) == 5
+    assert len(read_warmup_requests(result.path)) == 6
     with pytest.raises(FileExistsError, match="Version 2 of 'numbers' already exists"):
         export_saved_model(translator, tmp_path, NAME, version=2, verify=False, check_ops=False)
     assert list_versions(model_root) == [1, 2] and _tree_digest(model_root / "1") == before
+
+
+def test_translate_script_reads_input_as_the_saved_model_does(trained_run, translator, tmp_path):
+    """translate.py on the bad inputs: the exported functions' translations and scores, warnings naming lines."""
+    source = tmp_path / "odd.txt"
+    source.write_bytes(b"\n".join(ODD_INPUTS) + b"\n")
+    result = run_script("translate.py", f"--model_dir={trained_run}", f"--input={source}", "--scores")
+    outputs = translator.translate(tf.constant(ODD_INPUTS))
+    expected = [t.decode() for t in outputs["translation"].numpy()]
+    lines = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
+    assert [text for text, _ in lines] == expected
+    np.testing.assert_allclose([float(score) for _, score in lines], outputs["score"].numpy(), atol=SCORE_TOLERANCE)
+    assert lines[0][1] == lines[1][1] == "0.0000"  # blank lines, as the SavedModel scores an empty text
+    assert f"Warning: {source}, line 3: " in result.stderr and "cut to the first 47 (max_source_length 48)" in result.stderr
+    assert f"Warning: {source}, line 4: invalid UTF-8 replaced by U+FFFD" in result.stderr
+    assert "line 5" not in result.stderr and "line 6" not in result.stderr
 
 
 def test_translator_called_in_python_runs_the_exported_functions(translator, served):

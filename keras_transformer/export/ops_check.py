@@ -19,9 +19,11 @@ function of its library) and sorts each into:
   (`--xla_cpu_compilation_enabled`) and fails on GPU;
 * `"unregistered"`: anything else (a custom op).
 
-Only the first two are allowed. From the command line:
+Only the first two are allowed. The registry read is this interpreter's TensorFlow, or
+that of another interpreter (`python=`), e.g. of an environment holding the TensorFlow and
+TensorFlow Text of an older model server. From the command line:
 
-    python -m keras_transformer.export.ops_check saved_models/numbers/1
+    python -m keras_transformer.export.ops_check saved_models/numbers/1 [PYTHON]
 """
 
 import collections
@@ -103,6 +105,14 @@ for name in names:
     if name not in origins and name.startswith("''' + TEXT_OP_PREFIX + r'''") and op_def_registry.get(name) is not None:
         origins[name] = "tensorflow_text"
 print("OP_ORIGINS=" + json.dumps(origins))
+from importlib import metadata
+
+runtime = {"tensorflow": tf.__version__}
+try:
+    runtime["tensorflow-text"] = metadata.version("tensorflow-text")
+except metadata.PackageNotFoundError:
+    pass
+print("RUNTIME=" + json.dumps(runtime))
 '''
 
 
@@ -113,10 +123,12 @@ class OpsReport:
     Attributes:
         ops: op type -> number of nodes using it.
         origins: op type -> "tensorflow", "tensorflow_text", "python", "xla" or "unregistered".
+        runtime: the runtime whose registry was read, e.g. "tensorflow 2.20.0, tensorflow-text 2.20.1".
     """
 
     ops: dict
     origins: dict
+    runtime: str = ""
 
     @property
     def disallowed(self):
@@ -137,10 +149,11 @@ class OpsReport:
     def summary(self):
         """Human-readable lines: the ops grouped by origin, and the verdict."""
         lines = [f"{origin} ({len(ops)}): {', '.join(ops)}" for origin, ops in sorted(self.by_origin().items())]
+        checked = f" (registry of {self.runtime})" if self.runtime else ""
         if self.ok:
-            lines.append(f"All {len(self.origins)} op types are TensorFlow core or TensorFlow Text ops.")
+            lines.append(f"All {len(self.origins)} op types are TensorFlow core or TensorFlow Text ops{checked}.")
         else:
-            lines.append(f"Not servable by the stock model server: {', '.join(self.disallowed)}")
+            lines.append(f"Not servable by the stock model server{checked}: {', '.join(self.disallowed)}")
         return "\n".join(lines)
 
 
@@ -174,6 +187,8 @@ def saved_model_ops(saved_model_dir):
 # (interpreter, op type) -> origin found by a lookup process; the registry of a fresh
 # process is the same every time, so each op is looked up once per interpreter.
 _ORIGINS_CACHE = {}
+# interpreter -> "tensorflow X, tensorflow-text Y", read by its first lookup process.
+_RUNTIMES = {}
 
 
 def _denied(name):
@@ -194,11 +209,15 @@ def _lookup(names, python, timeout):
         timeout=timeout,
         env=env,
     )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("OP_ORIGINS=")]
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"Looking up the TensorFlow op registry failed:\n{result.stderr[-3000:]}")
-    found = json.loads(lines[-1][len("OP_ORIGINS="):])
-    return {name: found.get(name, "unregistered") for name in names}
+    values = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key in ("OP_ORIGINS", "RUNTIME"):
+            values[key] = json.loads(value)
+    if result.returncode != 0 or len(values) != 2:
+        raise RuntimeError(f"Looking up the TensorFlow op registry of {python} failed:\n{result.stderr[-3000:]}")
+    _RUNTIMES[python] = ", ".join(f"{package} {version}" for package, version in values["RUNTIME"].items())
+    return {name: values["OP_ORIGINS"].get(name, "unregistered") for name in names}
 
 
 def op_origins(op_names, python=None, timeout=300):
@@ -211,28 +230,36 @@ def op_origins(op_names, python=None, timeout=300):
     Returns:
         op type -> "tensorflow", "tensorflow_text", "python", "xla" or "unregistered".
     """
-    python = python or sys.executable
+    python = str(python or sys.executable)
     names = sorted(set(op_names))
     unknown = [name for name in names if not _denied(name) and (python, name) not in _ORIGINS_CACHE]
-    if unknown:
+    if unknown or python not in _RUNTIMES:
         for name, origin in _lookup(unknown, python, timeout).items():
             _ORIGINS_CACHE[python, name] = origin
     return {name: _denied(name) or _ORIGINS_CACHE[python, name] for name in names}
 
 
 def check_saved_model_ops(saved_model_dir, python=None):
-    """The `OpsReport` of a SavedModel (see the module docstring)."""
+    """The `OpsReport` of a SavedModel (see the module docstring).
+
+    Args:
+        saved_model_dir: a SavedModel directory.
+        python: the interpreter whose op registry is read (default: this one); pass one of
+            an environment holding an older TensorFlow and TensorFlow Text to check that
+            runtime (an op it lacks is "unregistered").
+    """
     ops = saved_model_ops(saved_model_dir)
-    return OpsReport(ops=dict(ops), origins=op_origins(ops, python=python))
+    origins = op_origins(ops, python=python)
+    return OpsReport(ops=dict(ops), origins=origins, runtime=_RUNTIMES[str(python or sys.executable)])
 
 
 def assert_servable_ops(saved_model_dir, python=None):
-    """Like `check_saved_model_ops`, but raises `ValueError` naming the disallowed ops."""
+    """Like `check_saved_model_ops`, but raises `ValueError` naming the disallowed ops and the runtime."""
     report = check_saved_model_ops(saved_model_dir, python=python)
     if not report.ok:
         details = ", ".join(f"{op} ({report.origins[op]})" for op in report.disallowed)
         raise ValueError(
-            f"{saved_model_dir} uses ops the stock TF Serving model server cannot run: {details}. "
+            f"{saved_model_dir} uses ops the stock TF Serving model server of {report.runtime} cannot run: {details}. "
             "Only core TensorFlow ops and TensorFlow Text's SentencePiece ops are allowed "
             "(no tf.py_function / tf.numpy_function, no Xla* ops, no custom op libraries)."
         )
@@ -241,10 +268,13 @@ def assert_servable_ops(saved_model_dir, python=None):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m keras_transformer.export.ops_check SAVED_MODEL_DIR", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print("usage: python -m keras_transformer.export.ops_check SAVED_MODEL_DIR [PYTHON]", file=sys.stderr)
         return 2
-    report = check_saved_model_ops(argv[0])
+    if len(argv) == 2 and not (Path(argv[1]).is_file() and os.access(argv[1], os.X_OK)):
+        print(f"PYTHON must be an interpreter (e.g. venv/bin/python). Received: {argv[1]}", file=sys.stderr)
+        return 2
+    report = check_saved_model_ops(argv[0], python=argv[1] if len(argv) == 2 else None)
     print(report.summary())
     return 0 if report.ok else 1
 

@@ -5,7 +5,7 @@ Layout (what TF Serving's file system source expects, one integer directory per 
     saved_models/<name>/
         models.config                   example TF Serving model config (kept once written)
         1/
-            saved_model.pb              signatures: serving_default, translate, translate_ids, score
+            saved_model.pb              signatures: serving_default, translate, translate_ids, translate_nbest, score
             variables/
             assets/spm.model            the SentencePiece model (tf.saved_model.Asset)
             assets.extra/tf_serving_warmup_requests
@@ -47,7 +47,7 @@ class ServingModule(tf.Module):
         tokenizer_model: `tf.saved_model.Asset` of the SentencePiece model, copied to
             `assets/spm.model` (for clients of `translate_ids` that tokenize themselves;
             the in-graph tokenizer holds the same model in its op).
-        translate, translate_ids, score: the translator's `tf.function`s. Called on the
+        translate, translate_ids, translate_nbest, score: the translator's `tf.function`s. Called on the
             loaded object, a wrong dtype or rank raises a `TypeError` naming the expected
             `TensorSpec` (the signatures check only at run time).
     """
@@ -58,6 +58,7 @@ class ServingModule(tf.Module):
         self.tokenizer_model = tf.saved_model.Asset(str(tokenizer_file))
         self.translate = translator.translate
         self.translate_ids = translator.translate_ids
+        self.translate_nbest = translator.translate_nbest
         self.score = translator.score
 
     def signatures(self):
@@ -199,7 +200,7 @@ def export_saved_model(
     """Export `translator` as `<export_dir>/<name>/<version>/`, atomically.
 
     Steps, all inside `<export_dir>/<name>/.tmp-<random>/`: `tf.saved_model.save` with the
-    signatures `serving_default` (= `translate`), `translate`, `translate_ids` and `score`
+    signatures `serving_default` (= `translate`), `translate`, `translate_ids`, `translate_nbest` and `score`
     and the SentencePiece model as an asset; warmup requests
     (`assets.extra/tf_serving_warmup_requests`) and `assets.extra/export_info.json`;
     with `verify`, load the copy and replay every warmup request through it; with

@@ -8,6 +8,8 @@ answers a request to the exported SavedModel, so both give identical results:
 
 * `translate(text)`: tf.string `(B,)` -> `{"translation": tf.string (B,), "score": float32 (B,)}`.
 * `translate_ids(source_ids)`: int32 `(B, S)` -> `{"token_ids": int32 (B, L), "scores": float32 (B,)}`.
+* `translate_nbest(text)`: tf.string `(B,)` -> `{"translations": tf.string (B, K), "scores": float32 (B, K)}`,
+  the K = `beam_size` best hypotheses of each sentence, best first.
 * `score(source, target)`: tf.string `(B,)` twice -> `{"log_probability": float32 (B,)}`.
 
 Input handling, identical in Python and in the SavedModel (see docs/serving.md):
@@ -17,7 +19,8 @@ Input handling, identical in Python and in the SavedModel (see docs/serving.md):
 * A source is cut to `max_source_length - 1` pieces, then EOS is appended
   (`decoding.text.encode_source`); `max_source_length` defaults to the model's `max_length`.
 * A source without pieces (empty or whitespace-only text, or ids that are only EOS/PAD)
-  is not decoded: its translation is empty, its token ids all PAD and its score 0.0.
+  is not decoded: its translation is empty, its token ids all PAD and its score 0.0
+  (every one of its K hypotheses, for `translate_nbest`).
 * `translate_ids` maps ids outside `[0, V)` to UNK, and cuts rows longer than
   `max_source_length` (their last kept token becomes EOS).
 * `score` cuts targets to `max_output_length - 1` pieces (+ EOS), the longest output
@@ -28,7 +31,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.beam import beam_search
-from keras_transformer.decoding.text import decode_text, encode_source
+from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 SOURCE_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -40,27 +43,15 @@ SIGNATURES = {
     "serving_default": "translate",
     "translate": "translate",
     "translate_ids": "translate_ids",
+    "translate_nbest": "translate_nbest",
     "score": "score",
 }
-
-_REPLACEMENT_CHARACTER = 0xFFFD
 
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
     return value
-
-
-def valid_utf8(text):
-    """tf.string `text` with invalid UTF-8 sequences replaced by U+FFFD (same shape)."""
-    return tf.strings.unicode_transcode(
-        text,
-        input_encoding="UTF-8",
-        output_encoding="UTF-8",
-        errors="replace",
-        replacement_char=_REPLACEMENT_CHARACTER,
-    )
 
 
 def _check_shape(tensor, spec):
@@ -198,15 +189,28 @@ class Translator(tf.Module):
         `score` is the beam score log P(Y | X) / lp(|Y|) of the translation.
         """
         text = _check_shape(text, TEXT_SPEC)
-        token_ids, scores = self._search(self.encode(text))  # (B, L), (B,)
-        return {"translation": self.decode(token_ids), "score": scores}
+        token_ids, scores = self._search(self.encode(text))  # (B, 1, L), (B, 1)
+        return {"translation": self.decode(token_ids[:, 0]), "score": scores[:, 0]}
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def translate_nbest(self, text):
+        """The K = `beam_size` best translations of each text: tf.string `(B,)` ->
+        `{"translations": tf.string (B, K), "scores": float32 (B, K)}`, best first.
+
+        The hypotheses of `beam_search(..., num_return=beam_size)`; row 0 is `translate`'s
+        translation. A slot the search could not fill (only with a tiny vocabulary) is
+        an empty text with score -inf.
+        """
+        text = _check_shape(text, TEXT_SPEC)
+        token_ids, scores = self._search(self.encode(text), num_return=self.beam_size)  # (B, K, L), (B, K)
+        return {"translations": self.decode_nbest(token_ids), "scores": scores}
 
     @tf.function(input_signature=[SOURCE_IDS_SPEC])
     def translate_ids(self, source_ids):
         """Translate token ids: int32 `(B, S)` (pieces, EOS, PAD=0) -> `{"token_ids" (B, L), "scores" (B,)}`."""
         source_ids = _check_shape(source_ids, SOURCE_IDS_SPEC)
-        token_ids, scores = self._search(self._clean_ids(source_ids))
-        return {"token_ids": token_ids, "scores": scores}
+        token_ids, scores = self._search(self._clean_ids(source_ids))  # (B, 1, L), (B, 1)
+        return {"token_ids": token_ids[:, 0], "scores": scores[:, 0]}
 
     @tf.function(input_signature=[SOURCE_SPEC, TARGET_SPEC])
     def score(self, source, target):
@@ -250,6 +254,12 @@ class Translator(tf.Module):
         """Valid UTF-8 text of output ids `(B, L)`, cut at the first EOS: tf.string `(B,)`."""
         return valid_utf8(decode_text(self.tokenizer, token_ids))
 
+    def decode_nbest(self, token_ids):
+        """Valid UTF-8 texts of n-best output ids `(B, K, L)`: tf.string `(B, K)`."""
+        shape = tf.shape(token_ids)
+        texts = self.decode(tf.reshape(token_ids, [-1, self.max_output_length]))  # (B * K,)
+        return tf.reshape(texts, shape[:2])
+
     def _clean_ids(self, source_ids):
         """Ids outside the vocabulary -> UNK; rows longer than max_source_length cut, EOS last."""
         in_vocabulary = (source_ids >= 0) & (source_ids < self.vocabulary_size)
@@ -260,11 +270,11 @@ class Translator(tf.Module):
         last = tf.equal(tf.range(tf.shape(source_ids)[1]), limit - 1)[None, :]  # (1, S)
         return tf.where(last & (lengths > limit)[:, None], EOS_ID, source_ids)
 
-    def _search(self, source_ids):
+    def _search(self, source_ids, num_return=1):
         """Beam search over the rows that hold pieces; the others get PAD ids and score 0.
 
         Returns:
-            `(token_ids int32 (B, L), scores float32 (B,))`.
+            `(token_ids int32 (B, R, L), scores float32 (B, R))`, R = `num_return`, best first.
         """
         has_pieces = tf.reduce_any(tf.not_equal(source_ids, PAD_ID) & tf.not_equal(source_ids, EOS_ID), axis=1)  # (B,)
         rows = tf.where(has_pieces)  # (N, 1) int64
@@ -275,8 +285,9 @@ class Translator(tf.Module):
             length_penalty=self.length_penalty,
             max_output_offset=self.max_output_offset,
             max_length=self.max_output_length,
-        )  # (N, 1, L), (N, 1)
+            num_return=num_return,
+        )  # (N, R, L), (N, R)
         batch_size = tf.shape(source_ids, out_type=tf.int64)[0]
-        token_ids = tf.scatter_nd(rows, token_ids[:, 0], tf.stack([batch_size, self.max_output_length]))
-        scores = tf.scatter_nd(rows, scores[:, 0], batch_size[None])
+        token_ids = tf.scatter_nd(rows, token_ids, tf.stack([batch_size, num_return, self.max_output_length]))
+        scores = tf.scatter_nd(rows, scores, tf.stack([batch_size, num_return]))
         return token_ids, scores

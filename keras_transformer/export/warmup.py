@@ -68,7 +68,7 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
     """`PredictionLog` protos that exercise every signature of an exported `translator`.
 
     One request per signature with all `sentences` as one batch (`serving_default`,
-    `translate`, `translate_ids` with the sentences' source ids, `score` with each
+    `translate`, `translate_ids` with the sentences' source ids, `translate_nbest`, `score` with each
     sentence as its own target), and one `serving_default` request with a single
     sentence (the most common request).
 
@@ -88,6 +88,7 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
         ("serving_default", {"text": tf.constant(sentences, tf.string)}),
         ("translate", {"text": tf.constant(sentences, tf.string)}),
         ("translate_ids", {"source_ids": tf.constant(source_ids, tf.int32)}),
+        ("translate_nbest", {"text": tf.constant(sentences, tf.string)}),
         ("score", {"source": tf.constant(sentences, tf.string), "target": tf.constant(sentences, tf.string)}),
     ]
     logs = []

@@ -67,7 +67,7 @@ def test_train_then_resume_then_average(tmp_path):
     failed = run_script("train.py", f"--model_dir={run_dir}", "--bucket_boundaries=8,x", *TINY_FLAGS, check=False)
     assert failed.returncode != 0 and "--bucket_boundaries must be integers. Received: 8,x" in failed.stderr
     failed = run_script("train.py", f"--model_dir={run_dir}", "--sampling_alpha=0", *TINY_FLAGS, check=False)
-    assert failed.returncode != 0 and "--sampling_alpha: The subword sampling alpha must be a number in (0, 1], got 0.0" in failed.stderr
+    assert failed.returncode != 0 and "--sampling_alpha: The subword sampling alpha must be a number in (0, 1]. Received: alpha=0.0" in failed.stderr
     failed = run_script("average_checkpoints.py", f"--model_dir={run_dir}", "--last=5", check=False)
     assert failed.returncode == 1
     assert one_line_error(failed) == f"Asked for the last 5 checkpoints, but {run_dir}/checkpoints holds 3. " \

@@ -35,7 +35,7 @@ def tokenizer(tmp_path_factory) -> Tokenizer:
     pairs = load_multi30k("en", "de", "train", data_dir=MULTI30K_DIR)[:1000]
     sentences = [sentence for pair in pairs for sentence in pair]
     path = train_sentencepiece(sentences, tmp_path_factory.mktemp("spm") / "spm.model",
-                               vocab_size=500)
+                               vocabulary_size=500)
     return Tokenizer(path)
 
 
@@ -234,11 +234,11 @@ def test_default_bucket_boundaries():
     ({"batch_tokens": 32, "max_length": 64}, "batch_tokens=32 is smaller than max_length=64"),
     ({"batch_tokens": 64, "max_length": 1}, "max_length must be at least 2"),
     ({"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 8]},
-     r"strictly increasing, got \[16, 8\]"),
+     r"strictly increasing. Received: bucket_boundaries=\[16, 8\]"),
     ({"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 48]},
      "largest bucket boundary 48 exceeds max_length=32"),
     ({"batch_tokens": 64, "max_length": 32, "sampling_alpha": 0.0},
-     r"sampling alpha must be a number in \(0, 1\], got 0.0"),
+     r"sampling alpha must be a number in \(0, 1\]. Received: alpha=0.0"),
 ])
 def test_rejects_bad_arguments(tokenizer, numbers, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):

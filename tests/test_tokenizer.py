@@ -36,7 +36,7 @@ def sentences() -> list[str]:
 @pytest.fixture(scope="module")
 def model_path(sentences, tmp_path_factory) -> Path:
     return train_sentencepiece(sentences, tmp_path_factory.mktemp("spm") / "run" / "spm.model",
-                               vocab_size=VOCAB_SIZE)
+                               vocabulary_size=VOCAB_SIZE)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,9 @@ def test_model_file_and_reserved_ids(model_path, tokenizer):
     assert model_path.name == "spm.model" and model_path.is_file()
     assert not [p for p in model_path.parent.iterdir() if p != model_path]
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    from keras_transformer.models import transformer
+
+    assert transformer.PAD_ID == PAD_ID  # the model's copy (it does not import TensorFlow Text)
     assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (
         0, 1, 2, 3)
     assert [tokenizer.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
@@ -182,18 +185,18 @@ def test_sampler_draws_other_segmentations_of_the_same_text(tokenizer, sentences
 
 @pytest.mark.parametrize("alpha", [0, 0.0, -0.5, 1.5, float("nan"), True, "0.5", None])
 def test_sampler_rejects_bad_alpha(tokenizer, alpha):
-    with pytest.raises(ValueError, match=r"alpha must be a number in \(0, 1\], got "):
+    with pytest.raises(ValueError, match=r"alpha must be a number in \(0, 1\]. Received: alpha="):
         tokenizer.sampler(alpha)
 
 
 def test_training_is_deterministic(sentences, model_path, tmp_path):
-    again = train_sentencepiece(sentences, tmp_path / "again.model", vocab_size=VOCAB_SIZE)
+    again = train_sentencepiece(sentences, tmp_path / "again.model", vocabulary_size=VOCAB_SIZE)
     assert again.read_bytes() == model_path.read_bytes()
 
 
 def test_sampling_follows_the_seed(sentences, tmp_path):
     def train(seed: int, name: str) -> bytes:
-        return train_sentencepiece(sentences, tmp_path / name, vocab_size=200,
+        return train_sentencepiece(sentences, tmp_path / name, vocabulary_size=200,
                                    seed=seed, max_sentences=500).read_bytes()
 
     assert train(1, "a.model") == train(1, "b.model")
@@ -202,28 +205,28 @@ def test_sampling_follows_the_seed(sentences, tmp_path):
 
 def test_bpe_model_type(sentences, tmp_path):
     tokenizer = Tokenizer(train_sentencepiece(sentences[:400], tmp_path / "bpe.model",
-                                              vocab_size=300, model_type="bpe"))
+                                              vocabulary_size=300, model_type="bpe"))
     assert tokenizer.vocabulary_size == 300
     assert tokenizer.detokenize(tokenizer.tokenize(["A red car."])).numpy().tolist() == [
         b"A red car."]
 
 
 def test_too_large_vocab_names_requested_and_maximum(sentences, tmp_path):
-    with pytest.raises(ValueError, match=r"vocab_size=50000 is too large .* maximum of \d+"):
-        train_sentencepiece(sentences[:200], tmp_path / "big.model", vocab_size=50000)
+    with pytest.raises(ValueError, match=r"vocabulary_size=50000 is too large .* maximum of \d+"):
+        train_sentencepiece(sentences[:200], tmp_path / "big.model", vocabulary_size=50000)
     assert not (tmp_path / "big.model").exists()
 
 
 def test_too_small_vocab(sentences, tmp_path):
-    with pytest.raises(ValueError, match=r"vocab_size=10 is too small .* at least \d+"):
-        train_sentencepiece(sentences[:200], tmp_path / "small.model", vocab_size=10)
+    with pytest.raises(ValueError, match=r"vocabulary_size=10 is too small .* at least \d+"):
+        train_sentencepiece(sentences[:200], tmp_path / "small.model", vocabulary_size=10)
 
 
 @pytest.mark.parametrize("kwargs, pattern", [
-    ({"vocab_size": 4}, "vocab_size must be an int > 4"),
-    ({"vocab_size": 100, "model_type": "wordpiece"}, "Unknown model_type 'wordpiece'"),
-    ({"vocab_size": 100, "character_coverage": 0.0}, "character_coverage must be in"),
-    ({"vocab_size": 100, "max_sentences": 0}, "max_sentences must be positive"),
+    ({"vocabulary_size": 4}, "vocabulary_size must be an int > 4"),
+    ({"vocabulary_size": 100, "model_type": "wordpiece"}, "Unknown model_type 'wordpiece'"),
+    ({"vocabulary_size": 100, "character_coverage": 0.0}, "character_coverage must be in"),
+    ({"vocabulary_size": 100, "max_sentences": 0}, "max_sentences must be a positive integer. Received: max_sentences=0"),
 ])
 def test_rejects_bad_arguments(tmp_path, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -232,7 +235,7 @@ def test_rejects_bad_arguments(tmp_path, kwargs, pattern):
 
 def test_rejects_empty_corpus(tmp_path):
     with pytest.raises(ValueError, match="No non-empty sentence"):
-        train_sentencepiece(["", ""], tmp_path / "x.model", vocab_size=100)
+        train_sentencepiece(["", ""], tmp_path / "x.model", vocabulary_size=100)
 
 
 def test_rejects_missing_and_invalid_models(tmp_path):

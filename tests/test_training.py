@@ -350,11 +350,11 @@ def test_embedded_task_run_lowers_validation_loss(tmp_path):
 def test_bad_data_options_are_refused_before_anything_is_written(tmp_path):
     options = TrainOptions(batch_tokens=256, progress=False)
     run_dir = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"strictly increasing, got \[16, 8\]"):
+    with pytest.raises(ValueError, match=r"strictly increasing. Received: bucket_boundaries=\[16, 8\]"):
         train_translation(micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(16, 8)))
     with pytest.raises(ValueError, match="largest bucket boundary 64 exceeds max_length=32"):
         train_translation(micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(8, 64)))
-    with pytest.raises(ValueError, match=r"sampling alpha must be a number in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"sampling alpha must be a number in \(0, 1\]. Received: alpha=1.5"):
         DataOptions("builtin", sampling_alpha=1.5)
     assert not run_dir.exists()
 

@@ -73,7 +73,7 @@ def test_load_wmt14_rejects_bad_arguments(src, tgt, split, pattern):
 
 
 def test_load_wmt14_rejects_bad_max_examples():
-    with pytest.raises(ValueError, match="max_examples must be positive or None, got 0"):
+    with pytest.raises(ValueError, match="max_examples must be a positive integer. Received: max_examples=0"):
         load_wmt14("en", "de", "train", max_examples=0)
 
 

@@ -5,7 +5,7 @@ Example:
     ...                                     train_sentencepiece)
     >>> pairs = builtin_task("train")
     >>> path = train_sentencepiece([s for pair in pairs for s in pair],
-    ...                            "/tmp/numbers/spm.model", vocab_size=200)  # doctest: +SKIP
+    ...                            "/tmp/numbers/spm.model", vocabulary_size=200)  # doctest: +SKIP
     >>> dataset = make_dataset(pairs, Tokenizer(path), batch_tokens=2048,
     ...                        max_length=48)  # doctest: +SKIP
 """

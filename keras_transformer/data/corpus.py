@@ -17,6 +17,8 @@ import zlib
 from pathlib import Path
 from typing import Union
 
+from keras_transformer.layers.checks import check_positive_int
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
@@ -304,8 +306,8 @@ def load_wmt14(
             f"en<->de, en<->fr"
         )
     split = _wmt14_split(split)
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"max_examples must be positive or None, got {max_examples}")
+    if max_examples is not None:
+        check_positive_int("max_examples", max_examples)
     try:
         import tensorflow_datasets as tfds
     except ImportError as err:

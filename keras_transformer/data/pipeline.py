@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from keras_transformer.layers.checks import check_positive_int
 
 DEFAULT_BUCKET_BOUNDARIES = (8, 12, 16, 24, 32, 48, 64, 96, 128)
 """Padded lengths used when ``max_length`` is 128; longer ``max_length`` values
@@ -49,8 +50,7 @@ def default_bucket_boundaries(max_length: int) -> list[int]:
         >>> default_bucket_boundaries(40)
         [8, 12, 16, 24, 32, 40]
     """
-    if max_length < 1:
-        raise ValueError(f"max_length must be positive, got {max_length}")
+    check_positive_int("max_length", max_length)
     boundaries = []
     value = DEFAULT_BUCKET_BOUNDARIES[0]
     while value < max_length:
@@ -70,8 +70,8 @@ def check_bucket_boundaries(boundaries: Sequence[int], max_length: int) -> list[
     boundaries = [int(b) for b in boundaries]
     if not boundaries or any(b < 1 for b in boundaries) or any(
             a >= b for a, b in zip(boundaries, boundaries[1:])):
-        raise ValueError(f"bucket_boundaries must be positive and strictly increasing, got "
-                         f"{list(boundaries)}")
+        raise ValueError(f"bucket_boundaries must be positive and strictly increasing. "
+                         f"Received: bucket_boundaries={list(boundaries)}")
     if boundaries[-1] > max_length:
         raise ValueError(f"The largest bucket boundary {boundaries[-1]} exceeds "
                          f"max_length={max_length}")
@@ -157,8 +157,8 @@ def make_dataset(
         TensorShape([341, 12])
     """
     if max_length < 2:
-        raise ValueError(f"max_length must be at least 2 (a token plus BOS/EOS), "
-                         f"got {max_length}")
+        raise ValueError(f"max_length must be at least 2 (a token plus BOS/EOS). "
+                         f"Received: max_length={max_length}")
     if batch_tokens < max_length:
         raise ValueError(f"batch_tokens={batch_tokens} is smaller than max_length={max_length}; "
                          f"a batch must hold at least one sequence of max_length tokens")
@@ -261,8 +261,7 @@ def padding_fraction(dataset: tf.data.Dataset, num_batches: int | None = None) -
             raise ValueError("padding_fraction needs num_batches for an infinite "
                              "(repeated) dataset")
     else:
-        if num_batches < 1:
-            raise ValueError(f"num_batches must be positive or None, got {num_batches}")
+        check_positive_int("num_batches", num_batches)
         dataset = dataset.take(num_batches)
     padded = 0
     total = 0

@@ -32,6 +32,8 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer.layers.checks import check_positive_int
+
 if TYPE_CHECKING:
     import keras_hub
 
@@ -71,24 +73,24 @@ def _sample_sentences(sentences: Iterable[str], max_sentences: int | None,
     return reservoir
 
 
-def _training_error(err: RuntimeError, vocab_size: int) -> ValueError:
+def _training_error(err: RuntimeError, vocabulary_size: int) -> ValueError:
     """Turns a SentencePiece training failure into a ValueError that says why."""
     message = str(err)
     too_high = re.search(r"Vocabulary size too high .*?<= (\d+)", message)
     if too_high:
         return ValueError(
-            f"vocab_size={vocab_size} is too large for this data: SentencePiece "
+            f"vocabulary_size={vocabulary_size} is too large for this data: SentencePiece "
             f"reports a maximum of {too_high.group(1)}; train on more text or ask for "
             f"at most {too_high.group(1)} pieces"
         )
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:
         return ValueError(
-            f"vocab_size={vocab_size} is too small for this data: it needs at least "
+            f"vocabulary_size={vocabulary_size} is too small for this data: it needs at least "
             f"{too_low.group(2)} pieces ({_NUM_RESERVED} reserved plus the characters "
             f"kept by character_coverage)"
         )
-    return ValueError(f"SentencePiece training failed for vocab_size={vocab_size}: {message}")
+    return ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}: {message}")
 
 
 def _write_atomically(data: bytes, path: Path) -> None:
@@ -106,7 +108,7 @@ def _write_atomically(data: bytes, path: Path) -> None:
 def train_sentencepiece(
     sentences: Iterable[str],
     output_path: PathLike,
-    vocab_size: int,
+    vocabulary_size: int,
     model_type: str = "unigram",
     character_coverage: float = 1.0,
     seed: int = 0,
@@ -117,7 +119,7 @@ def train_sentencepiece(
 
     For a joint source/target vocabulary, pass the sentences of both
     languages. The model reserves ``<pad>``=0, ``<unk>``=1, ``<s>``=2 and
-    ``</s>``=3 and has exactly ``vocab_size`` pieces. Text is normalized with
+    ``</s>``=3 and has exactly ``vocabulary_size`` pieces. Text is normalized with
     SentencePiece's default ``nmt_nfkc`` rule (NFKC, whitespace runs collapsed).
 
     Training is deterministic: the same sentences and arguments give the same
@@ -130,7 +132,7 @@ def train_sentencepiece(
         output_path: Where to write the model (e.g. ``run_dir / "spm.model"``);
             written through a temporary file and a rename, parent directories
             created.
-        vocab_size: Exact number of pieces, the 4 reserved ones included.
+        vocabulary_size: Exact number of pieces, the 4 reserved ones included.
         model_type: ``unigram`` (default), ``bpe``, ``char`` or ``word``.
         character_coverage: Fraction of characters covered by the model; rarer
             characters map to ``<unk>``. 1.0 suits languages with small
@@ -145,27 +147,26 @@ def train_sentencepiece(
 
     Raises:
         ValueError: On an invalid argument, no non-empty sentence, or a
-            ``vocab_size`` the data cannot support (the message gives the
+            ``vocabulary_size`` the data cannot support (the message gives the
             requested size and the limit SentencePiece reported).
 
     Example:
         >>> path = train_sentencepiece(["a small example", "ein kleines Beispiel"] * 50,
-        ...                            "/tmp/spm.model", vocab_size=30)  # doctest: +SKIP
+        ...                            "/tmp/spm.model", vocabulary_size=30)  # doctest: +SKIP
         >>> Tokenizer(path).vocabulary_size  # doctest: +SKIP
         30
     """
-    if (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
-            or vocab_size <= _NUM_RESERVED):
-        raise ValueError(f"vocab_size must be an int > {_NUM_RESERVED} (the reserved ids), "
-                         f"got {vocab_size!r}")
+    if (isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int)
+            or vocabulary_size <= _NUM_RESERVED):
+        raise ValueError(f"vocabulary_size must be an int > {_NUM_RESERVED} (the reserved ids). "
+                         f"Received: vocabulary_size={vocabulary_size!r}")
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"Unknown model_type {model_type!r}; valid: {', '.join(_MODEL_TYPES)}")
     if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}")
-    if max_sentences is not None and max_sentences < 1:
-        raise ValueError(f"max_sentences must be positive or None, got {max_sentences}")
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be positive, got {num_threads}")
+        raise ValueError(f"character_coverage must be in (0, 1]. Received: character_coverage={character_coverage!r}")
+    if max_sentences is not None:
+        check_positive_int("max_sentences", max_sentences)
+    check_positive_int("num_threads", num_threads)
     if isinstance(sentences, str):
         raise ValueError("sentences must be an iterable of strings, not a single string")
     corpus = _sample_sentences(sentences, max_sentences, seed)
@@ -177,7 +178,7 @@ def train_sentencepiece(
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(corpus),
             model_writer=model,
-            vocab_size=vocab_size,
+            vocab_size=vocabulary_size,
             model_type=model_type,
             character_coverage=character_coverage,
             pad_id=PAD_ID,
@@ -194,7 +195,7 @@ def train_sentencepiece(
             minloglevel=2,
         )
     except RuntimeError as err:
-        raise _training_error(err, vocab_size) from err
+        raise _training_error(err, vocabulary_size) from err
     output_path = Path(output_path)
     _write_atomically(model.getvalue(), output_path)
     return output_path
@@ -208,7 +209,7 @@ def check_sampling_alpha(alpha: float) -> float:
     """
     if (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
             or not 0.0 < alpha <= 1.0):
-        raise ValueError(f"The subword sampling alpha must be a number in (0, 1], got {alpha!r}")
+        raise ValueError(f"The subword sampling alpha must be a number in (0, 1]. Received: alpha={alpha!r}")
     return float(alpha)
 
 
@@ -374,7 +375,7 @@ class Tokenizer(tf.Module):
                 ids = tf.ragged.constant(ids)
         rank = ids.shape.rank
         if rank not in (1, 2):
-            raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {ids.shape}")
+            raise ValueError(f"detokenize expects ids of rank 1 or 2. Received: ids.shape={ids.shape}")
         if rank == 1:
             return self.detokenize(ids[tf.newaxis])[0]
         if isinstance(ids, tf.RaggedTensor):

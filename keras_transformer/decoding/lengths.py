@@ -18,11 +18,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.models.transformer import PAD_ID
-
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (decoding.UNK_ID)
 
 # Ids that a search never emits: PAD would read as "sequence over" and BOS only starts
 # the decoder input. Their log-probabilities are set to -inf (not renormalized).

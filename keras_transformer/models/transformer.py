@@ -14,6 +14,8 @@ from keras_transformer.layers.masks import padding_mask
 from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding
 from keras_transformer.models.config import TransformerConfig, get_preset
 
+# The padding id (`data.tokenizer.PAD_ID`, which owns the special ids): not imported from
+# there, so that `import keras_transformer` does not load TensorFlow Text.
 PAD_ID = 0
 
 

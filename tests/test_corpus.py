@@ -14,9 +14,6 @@ from keras_transformer.data.corpus import (
     read_parallel,
 )
 
-MULTI30K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_multi30k = pytest.mark.skipif(not MULTI30K_DIR.is_dir(),
-                                    reason=f"Multi30k copy not found at {MULTI30K_DIR}")
 
 
 def _write_gz(path: Path, data: bytes) -> Path:
@@ -104,21 +101,19 @@ def test_read_parallel_mismatch_names_files_counts_and_line(tmp_path):
     assert "line 3" in message
 
 
-@needs_multi30k
-def test_load_multi30k_from_data_dir():
-    pairs = load_multi30k("en", "de", "val", data_dir=MULTI30K_DIR)
+def test_load_multi30k_from_data_dir(multi30k_dir):
+    pairs = load_multi30k("en", "de", "val", data_dir=multi30k_dir)
     assert len(pairs) == 1014
     assert pairs[0] == ("A group of men are loading cotton onto a truck",
                         "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen")
-    reverse = load_multi30k("de", "en", "validation", data_dir=MULTI30K_DIR)
+    reverse = load_multi30k("de", "en", "validation", data_dir=multi30k_dir)
     assert reverse == [(t, s) for s, t in pairs]
 
 
-@needs_multi30k
-def test_load_multi30k_test_alias_and_french():
-    pairs = load_multi30k("en", "fr", "test", data_dir=MULTI30K_DIR)
+def test_load_multi30k_test_alias_and_french(multi30k_dir):
+    pairs = load_multi30k("en", "fr", "test", data_dir=multi30k_dir)
     assert len(pairs) == 1000
-    assert pairs == load_multi30k("en", "fr", "test_2016_flickr", data_dir=str(MULTI30K_DIR))
+    assert pairs == load_multi30k("en", "fr", "test_2016_flickr", data_dir=str(multi30k_dir))
     assert pairs[0][1] == "Un homme avec un chapeau orange regardant quelque chose."
 
 
@@ -151,13 +146,12 @@ def test_multi30k_url_is_the_public_raw_directory():
         "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw")
 
 
-@needs_multi30k
-def test_load_multi30k_downloads_into_cache(tmp_path):
+def test_load_multi30k_downloads_into_cache(tmp_path, multi30k_dir):
     cache = tmp_path / "cache"
-    pairs = load_multi30k("en", "de", "val", cache_dir=cache, base_url=MULTI30K_DIR.as_uri())
-    assert pairs == load_multi30k("en", "de", "val", data_dir=MULTI30K_DIR)
+    pairs = load_multi30k("en", "de", "val", cache_dir=cache, base_url=multi30k_dir.as_uri())
+    assert pairs == load_multi30k("en", "de", "val", data_dir=multi30k_dir)
     assert sorted(p.name for p in cache.iterdir()) == ["val.de.gz", "val.en.gz"]
-    assert (cache / "val.de.gz").read_bytes() == (MULTI30K_DIR / "val.de.gz").read_bytes()
+    assert (cache / "val.de.gz").read_bytes() == (multi30k_dir / "val.de.gz").read_bytes()
     # A second call reads the cache and does not download again.
     empty_server = tmp_path / "server"
     empty_server.mkdir()

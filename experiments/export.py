@@ -1,10 +1,16 @@
-"""Export a trained run as a SavedModel for TF Serving (text in, text out).
+"""Export a trained run as a SavedModel for TF Serving (text in, text out), or for CTranslate2.
 
     python experiments/export.py --model_dir=runs/builtin_tiny --name=numbers
 
 writes `saved_models/numbers/<next version>/` (see docs/serving.md), then prints the path,
 the signatures and a translation made by the exported model, loaded back from disk.
 Decoding settings are fixed in the export: beam size, length penalty, output length.
+
+    python experiments/export.py --model_dir=runs/builtin_tiny --format=ctranslate2 --quantization=int8
+
+writes the CTranslate2 model directory `ctranslate2_models/builtin_tiny/` (see
+docs/ctranslate2.md) and prints a translation made with it (beam
+--beam_size, no length penalty). Its decoding settings are chosen when translating.
 """
 
 from pathlib import Path
@@ -15,9 +21,17 @@ from absl import app, flags, logging
 from keras_transformer import cli
 from keras_transformer.export import DEFAULT_WARMUP_SENTENCES, Translator, export_saved_model, format_signatures
 
+FORMATS = ("saved_model", "ctranslate2")
+DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
+
 flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
 cli.define_checkpoint_flags()
-flags.DEFINE_string("export_dir", "saved_models", "Root of the exported models.")
+flags.DEFINE_enum("format", "saved_model", list(FORMATS), "A SavedModel for TF Serving, or a CTranslate2 model directory.")
+flags.DEFINE_enum("quantization", "float32", ["float32", "int8"], "Weight type of a CTranslate2 export.")
+flags.DEFINE_bool("overwrite", False, "Replace an existing CTranslate2 model directory.")
+flags.DEFINE_string(
+    "export_dir", None, "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2)."
+)
 flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
 flags.DEFINE_integer("version", None, "Version number (default: the highest existing + 1). An existing version is refused.")
 flags.DEFINE_integer("beam_size", 4, "Beam size K.")
@@ -47,6 +61,10 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)  # saving logs every renamed capture at INFO
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("Pass --checkpoint or --average_last, not both.")
+    export_dir = FLAGS.export_dir or DEFAULT_EXPORT_DIRS[FLAGS.format]
+    if FLAGS.format == "ctranslate2":
+        export_for_ctranslate2(export_dir)
+        return
     translator = Translator.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
@@ -60,7 +78,7 @@ def main(argv):
     name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
     result = export_saved_model(
         translator,
-        FLAGS.export_dir,
+        export_dir,
         name=name,
         version=FLAGS.version,
         warmup_sentences=FLAGS.warmup_sentences,
@@ -80,6 +98,41 @@ def main(argv):
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")
     print(f"Sample (loaded export): {sample!r} -> {translation!r} (score {float(outputs['score'].numpy()[0]):.4f})")
+
+
+def export_for_ctranslate2(export_dir):
+    """`--format=ctranslate2`: write the model directory, translate the sample with it."""
+    import ctranslate2
+
+    from keras_transformer.data.tokenizer import Tokenizer
+    from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
+    from keras_transformer.training.run import TOKENIZER_FILE, read_run_config
+
+    name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
+    path = export_ctranslate2(
+        FLAGS.model_dir,
+        Path(export_dir) / name,
+        quantization=FLAGS.quantization,
+        checkpoint=FLAGS.checkpoint,
+        average_last=FLAGS.average_last,
+        overwrite=FLAGS.overwrite,
+    )
+    print(f"Exported {path} (CTranslate2, {FLAGS.quantization})")
+    config, _ = read_run_config(FLAGS.model_dir)
+    translator = ctranslate2.Translator(str(path), device="cpu")
+    sample = FLAGS.sample if FLAGS.sample is not None else FLAGS.warmup_sentences[0]
+    tokenizer = Tokenizer(path / TOKENIZER_FILE)  # the copy beside the model
+    outputs, scores = translate_ctranslate2(
+        translator,
+        tokenizer,
+        [sample],
+        beam_size=FLAGS.beam_size,
+        length_penalty=0.0,
+        max_output_offset=FLAGS.max_output_offset,
+        max_source_length=FLAGS.max_source_length or config.max_length,
+    )
+    translation = tokenizer.detokenize([outputs[0]]).numpy()[0].decode("utf-8")
+    print(f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})")
 
 
 if __name__ == "__main__":

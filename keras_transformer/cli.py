@@ -18,9 +18,8 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryErro
                PermissionError, TimeoutError, RuntimeError)
 
 from keras_transformer.data.sources import DATASETS, SPLITS
+from keras_transformer.decoding.options import METHODS
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
-
-SEARCH_METHODS = ("greedy", "beam", "sample")
 
 
 def define_config_flags(default_preset="tiny"):
@@ -58,7 +57,7 @@ def define_checkpoint_flags():
 def define_search_flags(batch_size=64):
     """`--method`, `--beam_size`, `--length_penalty`, `--max_output_offset` (default: the
     run config's values, the paper's 4 / 0.6 / 50) and `--batch_size`."""
-    flags.DEFINE_enum("method", "beam", list(SEARCH_METHODS), "Search method.")
+    flags.DEFINE_enum("method", "beam", list(METHODS), "Search method.")
     flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).")
     flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).")
     flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).")

@@ -18,17 +18,22 @@ Example:
 from keras_transformer.decoding.beam import beam_search, recompute_beam_search
 from keras_transformer.decoding.greedy import filter_logits, greedy_search, recompute_greedy_search, sample
 from keras_transformer.decoding.lengths import BOS_ID, EOS_ID, PAD_ID, UNK_ID, length_penalty
-from keras_transformer.decoding.searcher import make_search_fn, options_from_config
+from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions
+from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn, options_from_config
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep, make_step
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
+    "METHODS",
     "PAD_ID",
     "UNK_ID",
     "CachedStep",
     "RecomputeStep",
+    "SEARCH_OPTIONS",
+    "SearchOptions",
     "beam_search",
+    "best_hypotheses",
     "filter_logits",
     "greedy_search",
     "length_penalty",

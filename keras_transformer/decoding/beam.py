@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.decoding.lengths import BOS_ID, EOS_ID
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.steps import make_step
 from keras_transformer.layers.tracing import in_xla_context
 
@@ -38,14 +39,7 @@ _NEG_INF = -math.inf
 
 
 def _check_beam_arguments(beam_size, length_penalty, num_return):
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer. Received: beam_size={beam_size!r}")
-    if isinstance(num_return, bool) or not isinstance(num_return, int) or not 1 <= num_return <= beam_size:
-        raise ValueError(
-            f"num_return must be an integer in [1, beam_size]. Received: num_return={num_return!r}, beam_size={beam_size}"
-        )
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not length_penalty >= 0:
-        raise ValueError(f"length_penalty must be a number >= 0. Received: length_penalty={length_penalty!r}")
+    SearchOptions(beam_size=beam_size, length_penalty=length_penalty, num_return=num_return)  # raises naming the value
 
 
 def beam_search(

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.greedy import greedy_search, sample
+from keras_transformer.decoding.options import SearchOptions, check_method
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep
 
 METHODS = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
@@ -49,8 +50,7 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
     >>> tuple(outputs["token_ids"].shape), tuple(outputs["scores"].shape)
     ((2, 1, 8), (2, 1))
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+    check_method(method)
     search = METHODS[method]
     try:  # unknown option names fail here, not at the first call
         inspect.signature(search).bind(model, None, **options)
@@ -79,9 +79,20 @@ def options_from_config(config, method="beam"):
     >>> options_from_config(get_preset("base"))
     {'beam_size': 4, 'length_penalty': 0.6, 'max_output_offset': 50}
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
-    options = {"max_output_offset": config.max_output_offset}
-    if method == "beam":
-        options = {"beam_size": config.beam_size, "length_penalty": config.length_penalty, **options}
-    return options
+    return SearchOptions.from_config(config, method).kwargs()
+
+
+def best_hypotheses(outputs, scores):
+    """The best (first) hypothesis of each sentence of an n-best result.
+
+    Args:
+        outputs: `(B, R, ...)` hypotheses (token ids `(B, R, L)` or texts `(B, R)`), or
+            already one per sentence `(B, ...)`.
+        scores: `(B, R)` scores, best first, or `(B,)`.
+
+    Returns:
+        `(outputs[:, 0], scores[:, 0])` for an n-best result, else the inputs unchanged.
+    """
+    if len(scores.shape) == 2:
+        return outputs[:, 0], scores[:, 0]
+    return outputs, scores

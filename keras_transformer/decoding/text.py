@@ -74,12 +74,10 @@ def translate(model, tokenizer, texts, method="beam", max_source_length=None, **
     Returns:
         `(translations: list[str], scores: list[float])` (the best hypothesis for beam).
     """
-    from keras_transformer.decoding.searcher import make_search_fn
+    from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 
     source_ids = encode_source(tokenizer, list(texts), max_source_length or model.config.max_length)
     outputs = make_search_fn(model, method, **search_options)(source_ids)
-    token_ids, scores = outputs["token_ids"], outputs["scores"]
-    if token_ids.shape.rank == 3:
-        token_ids, scores = token_ids[:, 0], scores[:, 0]
+    token_ids, scores = best_hypotheses(outputs["token_ids"], outputs["scores"])
     texts = [text.decode("utf-8") for text in decode_text(tokenizer, token_ids).numpy()]
     return texts, [float(score) for score in scores.numpy()]

@@ -10,21 +10,15 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.decoding.lengths import PAD_ID
-from keras_transformer.decoding.searcher import make_search_fn, options_from_config
-
-SEARCH_OPTIONS = {
-    "greedy": ("max_output_offset", "max_length"),
-    "beam": ("beam_size", "length_penalty", "max_output_offset", "max_length", "num_return"),
-    "sample": ("temperature", "top_k", "top_p", "seed", "max_output_offset", "max_length"),
-}
-"""The search options each method accepts."""
-
+from keras_transformer.decoding.options import SEARCH_OPTIONS, SearchOptions
+from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 
 def search_options(config, method="beam", **overrides):
     """The run config's search settings for `method`, updated with the options given.
 
-    Options that are `None` are ignored (so absl flags without a value keep the config's
-    settings); an option the method does not take raises a ValueError.
+    `SearchOptions.from_config(config, method, **overrides).kwargs()`: options that are
+    `None` are ignored (so absl flags without a value keep the config's settings); an
+    option the method does not take raises a ValueError.
 
     Example:
 
@@ -34,18 +28,7 @@ def search_options(config, method="beam", **overrides):
     >>> search_options(get_preset("base"), "sample", top_k=10, beam_size=None)
     {'max_output_offset': 50, 'top_k': 10}
     """
-    if method not in SEARCH_OPTIONS:
-        raise ValueError(f"method must be one of {sorted(SEARCH_OPTIONS)}. Received: method={method!r}")
-    given = {name: value for name, value in overrides.items() if value is not None}
-    invalid = sorted(set(given) - set(SEARCH_OPTIONS[method]))
-    if invalid:
-        raise ValueError(
-            f"{', '.join(invalid)} {'does' if len(invalid) == 1 else 'do'} not apply to method={method!r}; "
-            f"it takes {', '.join(SEARCH_OPTIONS[method])}"
-        )
-    options = options_from_config(config, method)
-    options.update(given)
-    return options
+    return SearchOptions.from_config(config, method, **overrides).kwargs()
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 
 
@@ -207,10 +190,7 @@ class Translator:
         Outputs exclude BOS, include EOS when it was produced and hold PAD after it.
         """
         outputs = self.search_fn(self.source_ids(texts))
-        token_ids, scores = outputs["token_ids"], outputs["scores"]
-        if token_ids.shape.rank == 3:  # beam: (B, R, L), best first
-            token_ids, scores = token_ids[:, 0], scores[:, 0]
-        return token_ids, scores
+        return best_hypotheses(outputs["token_ids"], outputs["scores"])  # beam: (B, R, L), best first
 
     def output_ids(self, texts):
         """The best output ids of each sentence (one batch), PAD removed: a list of int lists."""
@@ -272,9 +252,7 @@ class SavedModelTranslator:
         for key in ("translation", "score"):
             if key not in outputs:
                 raise ValueError(f"The SavedModel signature returned no {key!r}. Its outputs: {sorted(outputs)}")
-        translations, scores = outputs["translation"], outputs["score"]
-        if translations.shape.rank == 2:  # n-best (B, R)
-            translations, scores = translations[:, 0], scores[:, 0]
+        translations, scores = best_hypotheses(outputs["translation"], outputs["score"])  # n-best: (B, R)
         return _as_strings(translations), np.asarray(scores).reshape(-1).tolist()
 
     def __call__(self, texts):

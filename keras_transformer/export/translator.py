@@ -31,7 +31,9 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.beam import beam_search
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
+from keras_transformer.layers.checks import check_positive_int
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 SOURCE_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -46,12 +48,6 @@ SIGNATURES = {
     "translate_nbest": "translate_nbest",
     "score": "score",
 }
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
-    return value
 
 
 def _check_shape(tensor, spec):
@@ -110,19 +106,13 @@ class Translator(tf.Module):
     ):
         super().__init__(name=name)
         config = model.config
-        beam_size = config.beam_size if beam_size is None else beam_size
-        length_penalty = config.length_penalty if length_penalty is None else length_penalty
-        max_output_offset = config.max_output_offset if max_output_offset is None else max_output_offset
-        _positive_int("beam_size", beam_size)
-        if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not length_penalty >= 0:
-            raise ValueError(f"length_penalty must be a number >= 0. Received: length_penalty={length_penalty!r}")
-        if isinstance(max_output_offset, bool) or not isinstance(max_output_offset, int) or max_output_offset < 0:
-            raise ValueError(
-                f"max_output_offset must be an integer >= 0. Received: max_output_offset={max_output_offset!r}"
-            )
+        options = SearchOptions.from_config(
+            config, "beam", beam_size=beam_size, length_penalty=length_penalty, max_output_offset=max_output_offset
+        )  # checks them
+        beam_size, length_penalty, max_output_offset = options.beam_size, options.length_penalty, options.max_output_offset
         if max_source_length is None:
             max_source_length = config.max_length
-        _positive_int("max_source_length", max_source_length)
+        check_positive_int("max_source_length", max_source_length)
         if max_source_length > config.max_length:
             raise ValueError(
                 "max_source_length exceeds the model's max_length. "
@@ -133,7 +123,7 @@ class Translator(tf.Module):
             max_output_length = max_source_length + max_output_offset
             if position_limit is not None:
                 max_output_length = min(max_output_length, position_limit)
-        _positive_int("max_output_length", max_output_length)
+        check_positive_int("max_output_length", max_output_length)
         if position_limit is not None and max_output_length > position_limit:
             raise ValueError(
                 "max_output_length exceeds the positions of the model's learned position embedding. "

@@ -8,7 +8,12 @@ Names follow Keras (`hidden_dim` is the paper's d_model, `intermediate_dim` its 
 import dataclasses
 from typing import Optional
 
-from keras_transformer.layers.checks import check_positive_int, check_rate
+from keras_transformer.layers.checks import (
+    check_non_negative_int,
+    check_non_negative_number,
+    check_positive_int,
+    check_rate,
+)
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
@@ -139,10 +144,8 @@ class TransformerConfig:
         check_learning_rate_decay(self.learning_rate_decay, self.warmup_steps, self.train_steps)
         if not self.learning_rate_scale > 0:
             raise ValueError(f"learning_rate_scale must be positive. Received: learning_rate_scale={self.learning_rate_scale!r}")
-        if self.length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0. Received: length_penalty={self.length_penalty!r}")
-        if isinstance(self.max_output_offset, bool) or not isinstance(self.max_output_offset, int) or self.max_output_offset < 0:
-            raise ValueError(f"max_output_offset must be an integer >= 0. Received: max_output_offset={self.max_output_offset!r}")
+        check_non_negative_number("length_penalty", self.length_penalty)
+        check_non_negative_int("max_output_offset", self.max_output_offset)
 
     @property
     def head_key_dim(self):

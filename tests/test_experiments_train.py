@@ -1,11 +1,13 @@
 """Smoke tests of experiments/train.py and experiments/average_checkpoints.py (real subprocesses)."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
 
-from tests.scripts import TINY_TRAIN_FLAGS, run_script
+from tests.scripts import REPO, TINY_TRAIN_FLAGS, run_script, script_environment
 
 TINY_FLAGS = [*TINY_TRAIN_FLAGS, "--checkpoint_every=3", "--log_every=2"]
 
@@ -32,6 +34,19 @@ def test_user_errors_are_one_line(tmp_path):
     assert failed.returncode == 2
     assert one_line_error(failed) == "--dataset=files needs --val_src, --val_tgt. (see --help)"
     assert "With no flags" not in failed.stdout + failed.stderr  # the error, not the whole help text
+
+
+def test_no_tensorflow_noise_unless_asked(tmp_path):
+    """A user error on a CPU machine prints exactly its one line; TF_CPP_MIN_LOG_LEVEL=0 brings TensorFlow's back."""
+    script = [sys.executable, str(REPO / "experiments" / "average_checkpoints.py"), f"--model_dir={tmp_path}"]
+    quiet_env = {k: v for k, v in script_environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    quiet = subprocess.run(script, capture_output=True, text=True, env=quiet_env, timeout=300)
+    assert quiet.returncode == 1
+    assert quiet.stderr.splitlines() == [f"error: No run config at {tmp_path}/config.json: is {tmp_path} a training "
+                                         "run directory?"], quiet.stderr
+    loud = subprocess.run(script, capture_output=True, text=True, env={**quiet_env, "TF_CPP_MIN_LOG_LEVEL": "0"},
+                          timeout=300)
+    assert loud.returncode == 1 and len(loud.stderr.splitlines()) > 1
 
 
 def test_help_lists_the_documented_flags():

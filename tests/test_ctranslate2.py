@@ -167,6 +167,22 @@ def test_variants_score_like_ours(overrides, tmp_path):
         np.testing.assert_allclose(result.log_probs, ours, atol=1e-4)
 
 
+def test_averaged_checkpoints_export_scores_like_the_averaged_model(trained_run, sentences_and_model, tmp_path):
+    texts, _, tokenizer, config = sentences_and_model
+    model, _, _ = load_run(trained_run, average_last=2)
+    model_dir = export_ctranslate2(trained_run, tmp_path / "averaged", average_last=2)
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=1)
+    source_ids = encode_source(tokenizer, texts[:8], config.max_length)
+    token_ids, scores = greedy_search(model, source_ids, max_output_offset=MAX_OUTPUT_OFFSET)
+    outputs = _our_outputs(token_ids)
+    results = translator.score_batch(
+        [[tokenizer.id_to_piece(i) for i in row if i][:-1] for row in np.asarray(source_ids).tolist()],
+        [[tokenizer.id_to_piece(i) for i in output[:-1]] for output in outputs],  # all end with EOS here
+    )
+    assert all(output[-1] == 3 for output in outputs)
+    np.testing.assert_allclose([sum(result.log_probs) for result in results], np.asarray(scores), atol=1e-4)
+
+
 def test_sinusoid_table_is_interleaved_from_position_zero():
     table = sinusoid_table(60, 16)
     for position in (0, 1, 37, 59):

@@ -1,25 +1,69 @@
-"""The peer model: the same Transformer built from keras-hub's layers."""
+"""The peer model: the same Transformer built from keras-hub's layers, on equal terms.
+
+Equal terms: the same sizes and parameter count, the same dtype policy (every layer built
+with it, so mixed precision computes in the same dtype on both sides), and the same dropout
+placement -- `dropout` on the embedding + position sums and on every sub-layer output before
+its residual add, `attention_dropout` on the attention probabilities (0 by default, as
+ours). Settings the peer cannot express are refused by name.
+"""
 
 import keras
 import keras_hub
 
 
-def keras_hub_transformer(config):
-    """An encoder-decoder with `config`'s sizes from `keras_hub.layers` (post-LN, ReLU).
+def _set_attention_dropout(attention, rate):
+    """Set a built `keras.layers.MultiHeadAttention`'s dropout on the attention probabilities.
+
+    keras-hub's blocks pass their single `dropout` to both the sub-layer outputs and the
+    attention probabilities; ours keep them apart (`dropout`, `attention_dropout`). Keras
+    reads `_dropout` (whether to drop) and `_dropout_layer.rate` (how much) at call time.
+    """
+    attention._dropout = rate
+    attention._dropout_layer.rate = rate
+
+
+def attention_layers(block):
+    """The `MultiHeadAttention` layers of a built keras-hub Transformer block."""
+    names = ("_self_attention_layer", "_cross_attention_layer")
+    return [getattr(block, name) for name in names if getattr(block, name, None) is not None]
+
+
+def keras_hub_transformer(config, dtype=None):
+    """An encoder-decoder with `config`'s sizes from `keras_hub.layers` (post-LN or pre-LN).
 
     Same inputs and outputs as our `Transformer`: `{"source_ids", "target_ids"}` -> float32
     logits. keras-hub has no tied encoder/decoder/output embedding, so it uses one
     `ReversibleEmbedding` for both sides and its reverse for the logits, plus
     `SinePositionEncoding` -- the same parameter count as ours.
-    """
-    embedding = keras_hub.layers.ReversibleEmbedding(
-        config.vocabulary_size, config.hidden_dim, mask_zero=True, name="token_embedding"
-    )
-    positions = keras_hub.layers.SinePositionEncoding()
 
-    def embed(ids):
+    Args:
+        config: a `TransformerConfig`.
+        dtype: the dtype policy of every layer (e.g. "mixed_bfloat16"; default: the global
+            policy), as `Transformer(config, dtype=...)`.
+
+    Raises:
+        ValueError: for `activation_dropout > 0` (keras-hub's feed-forward has no inner
+            dropout), or key/value widths other than hidden_dim / num_heads.
+    """
+    if config.activation_dropout:
+        raise ValueError(
+            "The keras-hub peer has no dropout inside the feed-forward network. "
+            f"Received: activation_dropout={config.activation_dropout}"
+        )
+    for name in ("key_dim", "value_dim"):
+        value = getattr(config, name)
+        if value is not None and value * config.num_heads != config.hidden_dim:
+            raise ValueError(f"The keras-hub peer's heads are hidden_dim / num_heads wide. Received: {name}={value}")
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+    embedding = keras_hub.layers.ReversibleEmbedding(
+        config.vocabulary_size, config.hidden_dim, mask_zero=True, dtype=policy, name="token_embedding"
+    )
+    positions = keras_hub.layers.SinePositionEncoding(dtype=policy, name="position_encoding")
+
+    def embed(ids, side):
         hidden = embedding(ids)
-        return keras.layers.Dropout(config.dropout)(keras.layers.Add()([hidden, positions(hidden)]))
+        hidden = keras.layers.Add(dtype=policy, name=f"{side}_embedding_sum")([hidden, positions(hidden)])
+        return keras.layers.Dropout(config.dropout, dtype=policy, name=f"{side}_embedding_dropout")(hidden)
 
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
@@ -30,13 +74,28 @@ def keras_hub_transformer(config):
         activation=config.activation,
         layer_norm_epsilon=config.layer_norm_epsilon,
         normalize_first=config.normalize_first,
+        dtype=policy,
     )
-    hidden = embed(source_ids)
+    blocks = []
+    hidden = embed(source_ids, "source")
     for index in range(config.num_encoder_layers):
-        hidden = keras_hub.layers.TransformerEncoder(name=f"encoder_{index}", **block)(hidden)
+        blocks.append(keras_hub.layers.TransformerEncoder(name=f"encoder_{index}", **block))
+        hidden = blocks[-1](hidden)
+    if config.normalize_first:  # ours ends each pre-LN stack with a LayerNorm
+        hidden = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_epsilon, dtype=policy, name="encoder_final_layer_norm"
+        )(hidden)
     encoded = hidden
-    hidden = embed(target_ids)
+    hidden = embed(target_ids, "target")
     for index in range(config.num_decoder_layers):
-        hidden = keras_hub.layers.TransformerDecoder(name=f"decoder_{index}", **block)(hidden, encoded)
-    logits = keras.layers.Activation("linear", dtype="float32")(embedding(hidden, reverse=True))
+        blocks.append(keras_hub.layers.TransformerDecoder(name=f"decoder_{index}", **block))
+        hidden = blocks[-1](hidden, encoded)
+    if config.normalize_first:
+        hidden = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_epsilon, dtype=policy, name="decoder_final_layer_norm"
+        )(hidden)
+    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(embedding(hidden, reverse=True))
+    for built in blocks:
+        for attention in attention_layers(built):
+            _set_attention_dropout(attention, config.attention_dropout)
     return keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer")

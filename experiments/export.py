@@ -34,9 +34,13 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
 flags.DEFINE_integer("version", None, "Version number (default: the highest existing + 1). An existing version is refused.")
-flags.DEFINE_integer("beam_size", 4, "Beam size K.")
-flags.DEFINE_float("length_penalty", 0.6, "alpha of the GNMT length penalty ((5 + |Y|) / 6)^alpha.")
-flags.DEFINE_integer("max_output_offset", 50, "A translation has at most source length + this many tokens.")
+flags.DEFINE_integer("beam_size", 4, "Beam size K (SavedModel: the run config's unless given).")
+flags.DEFINE_float(
+    "length_penalty", 0.6, "alpha of the GNMT length penalty ((5 + |Y|) / 6)^alpha (SavedModel: the run config's unless given)."
+)
+flags.DEFINE_integer(
+    "max_output_offset", 50, "A translation has at most source length + this many tokens (SavedModel: the run config's unless given)."
+)
 flags.DEFINE_integer(
     "max_output_length",
     None,
@@ -69,9 +73,8 @@ def main(argv):
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,
-        beam_size=FLAGS.beam_size,
-        length_penalty=FLAGS.length_penalty,
-        max_output_offset=FLAGS.max_output_offset,
+        # Search settings not given on the command line come from the run's config (SearchOptions).
+        **{name: FLAGS[name].value for name in ("beam_size", "length_penalty", "max_output_offset") if FLAGS[name].present},
         max_output_length=FLAGS.max_output_length,
         max_source_length=FLAGS.max_source_length,
     )

@@ -110,6 +110,20 @@ def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
     assert "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48" in stdout
 
 
+def test_export_takes_search_settings_from_the_run_unless_a_flag_overrides_them(trained_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["model"].update(beam_size=2, length_penalty=1.0, max_output_offset=20)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    result = run_script(
+        "export.py", f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'exports'}", "--name=settings",
+        "--max_output_offset=10", "--nocheck_ops", "--warmup_sentences=one",
+    )
+    assert "Settings: beam_size=2, length_penalty=1.0, max_output_offset=10, max_output_length=58," in result.stdout
+    assert "translate_nbest(text: string [None]) -> scores: float32 [None, 2], translations: string [None, 2]" in result.stdout
+
+
 def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2

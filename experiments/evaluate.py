@@ -4,6 +4,7 @@
     python experiments/evaluate.py --model_dir=runs/multi30k_en_de --dataset=multi30k \
         --data_dir=../shared/data/multi30k --split=test --average_last=5 --output=hyp.de
     python experiments/evaluate.py --saved_model=saved_models/transformer/1 --split=test
+    python experiments/evaluate.py --saved_model=saved_models/transformer --split=test   # highest version
 
 Prints BLEU and chrF with their sacreBLEU signatures (and the exact-match rate). Search
 settings not given come from the run's config (paper: beam 4, length penalty 0.6, input
@@ -19,7 +20,9 @@ from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
-flags.DEFINE_string("saved_model", None, "Or an exported SavedModel directory (e.g. saved_models/transformer/1).")
+flags.DEFINE_string(
+    "saved_model", None, "Or an exported SavedModel: a version directory, or a model root (its highest version)."
+)
 cli.define_corpus_flags(split="test")
 cli.define_checkpoint_flags()
 cli.define_search_flags()
@@ -84,4 +87,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

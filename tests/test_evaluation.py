@@ -1,6 +1,7 @@
 """sacreBLEU scoring, batched translation, and evaluating a trained run or a SavedModel."""
 
 import doctest
+import shutil
 
 import numpy as np
 import pytest
@@ -257,6 +258,15 @@ def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
         evaluate_saved_model(export_dir, pairs, signature="translate_ids")
     with pytest.raises(ValueError, match="has no signature 'nope'. Its signatures: score, serving_default"):
         evaluate_saved_model(export_dir, pairs, signature="nope")
+    # A model root: its highest version. A directory that is no SavedModel: an error naming it.
+    assert evaluate_saved_model(export_dir.parent, pairs).settings["saved_model"] == str(export_dir)
+    shutil.copytree(export_dir, export_dir.parent / "2")
+    assert evaluate_saved_model(export_dir.parent, pairs).settings["saved_model"] == str(export_dir.parent / "2")
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path} is not a SavedModel \\(no saved_model.pb\\) nor a model root"):
+        evaluate_saved_model(tmp_path, pairs)
+    (export_dir.parent / "3").mkdir()
+    with pytest.raises(FileNotFoundError, match=f"^{export_dir.parent / '3'}, the highest version of .* is not a SavedModel"):
+        evaluate_saved_model(export_dir.parent, pairs)
 
 
 def test_xla_decoding_benchmark_pads_widths_and_matches_graph_mode(run_model):

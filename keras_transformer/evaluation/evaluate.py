@@ -165,7 +165,8 @@ def evaluate_saved_model(
 
     The SavedModel's signature takes the input key `text` (a string batch) and returns
     `translation` and `score` (see `SavedModelTranslator`); its decoding settings are
-    those fixed at export time.
+    those fixed at export time. `export_dir` is a SavedModel directory, or a model root
+    (`saved_models/<name>`: its highest version).
 
     Returns:
         an `EvaluationResult`.
@@ -177,7 +178,7 @@ def evaluate_saved_model(
     ...                               load_pairs("builtin", "test"))  # doctest: +SKIP
     """
     translator = SavedModelTranslator(export_dir, batch_size=batch_size, signature=signature)
-    settings = {"saved_model": str(export_dir), "signature": signature}
+    settings = {"saved_model": translator.export_dir, "signature": signature}
     return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
 
 

@@ -6,6 +6,8 @@ translations in the input order. A `Translator` traces its search function once
 (`decoding.make_search_fn`, input signature `[None, None]`) and reuses it for every batch.
 """
 
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
@@ -210,6 +212,31 @@ class Translator:
         return translate_in_batches(self.translate_batch, texts, self.batch_size, lengths)
 
 
+def resolve_saved_model(path):
+    """The SavedModel directory `path` names: itself, or the highest version of a model root.
+
+    A model root is laid out as TF Serving expects (`saved_models/<name>/<version>/`,
+    versions listed by `export.list_versions`).
+
+    Raises:
+        FileNotFoundError: naming `path` when it is neither.
+    """
+    from keras_transformer.export.serving import list_versions
+
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return path
+    versions = list_versions(path)
+    if not versions:
+        raise FileNotFoundError(
+            f"{path} is not a SavedModel (no saved_model.pb) nor a model root holding integer versions"
+        )
+    latest = path / str(versions[-1])
+    if not (latest / "saved_model.pb").is_file():
+        raise FileNotFoundError(f"{latest}, the highest version of {path}, is not a SavedModel (no saved_model.pb)")
+    return latest
+
+
 class SavedModelTranslator:
     """Translates sentences with an exported text-in/text-out SavedModel.
 
@@ -219,7 +246,8 @@ class SavedModelTranslator:
     its first (best) column.
 
     Args:
-        export_dir: the SavedModel directory (e.g. `saved_models/transformer/1`).
+        export_dir: the SavedModel directory (e.g. `saved_models/transformer/1`), or a
+            model root (`saved_models/transformer`: its highest version).
         batch_size: sentences per signature call.
         signature: the signature to call.
 
@@ -231,7 +259,7 @@ class SavedModelTranslator:
     """
 
     def __init__(self, export_dir, batch_size=64, signature="serving_default"):
-        self.export_dir = str(export_dir)
+        self.export_dir = str(resolve_saved_model(export_dir))
         self.batch_size = batch_size
         self.loaded = tf.saved_model.load(self.export_dir)
         if signature not in self.loaded.signatures:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, get_preset
-from keras_transformer.benchmark import keras_hub_transformer, training_flops
+from keras_transformer.benchmark import cpu_peak, cpu_peak_flops, gpu_peak, keras_hub_transformer, training_flops
 from keras_transformer.benchmark.peers import attention_layers
 from tests.scripts import run_script
 
@@ -73,6 +73,73 @@ def test_training_flops_matches_parameter_count_for_linear_layers():
     np.testing.assert_allclose(flops, 3 * 2 * matrix_weights + attention, rtol=1e-9)
 
 
+def test_training_flops_counts_attention_by_real_lengths():
+    # Hand count, D=16, d_ff=32, V=100, one layer each side, sources of 3 and 5 tokens,
+    # targets of 2 and 4 (2 FLOPs per multiply-add, forward):
+    #   encoder projections + FFN: 2 * (4*D*D + 2*D*F) * 8 tokens            = 32,768
+    #   encoder scores and weighted sums: 2 * 2 * D * (3^2 + 5^2)             =  2,176
+    #   decoder self Q,K,V,O + cross Q,O + FFN: 2 * (6*D*D + 2*D*F) * 6 tokens = 30,720
+    #   cross K, V of the 8 source tokens: 2 * 2*D*D * 8                       =  8,192
+    #   decoder self-attention: 2 * 2 * D * (2^2 + 4^2)                        =  1,280
+    #   cross-attention: 2 * 2 * D * (3*2 + 5*4)                               =  1,664
+    #   output projection: 2 * D * V * 6                                       = 19,200
+    # total 96,000, times 3 for a training step (forward + backward).
+    config = get_preset("tiny", vocabulary_size=100, num_encoder_layers=1, num_decoder_layers=1,
+                        hidden_dim=16, intermediate_dim=32, num_heads=2)
+    assert training_flops(config, [3, 5], [2, 4]) == 3 * 96_000
+
+
+CPUINFO = """processor\t: {processor}
+model name\t: Test CPU
+physical id\t: 0
+core id\t: {core}
+cpu MHz\t\t: 2000.000
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16
+
+"""
+
+
+def _cpuinfo(cores):
+    """Two hyper-threads (logical CPUs 2c and 2c+1) on each of `cores` cores."""
+    return "".join(CPUINFO.format(processor=cpu, core=cpu // 2) for cpu in range(2 * cores))
+
+
+def test_cpu_peak_formula_on_known_inputs():
+    assert cpu_peak_flops(cores=2, fma_units=2, simd_lanes=8, clock_hz=2.5e9) == 160e9
+    # 2 cores (4 hyper-threads), AVX-512: 16 float32 lanes, 32 with AVX512_BF16, 2 GHz
+    peak = cpu_peak("float32", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3])
+    assert peak.flops_per_second == 2 * 2 * 16 * 2 * 2.0e9
+    assert peak.formula == "2 cores x 2 FMA units x 16 float32 lanes x 2 x 2.000 GHz"
+    assert cpu_peak("bfloat16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second == 2 * 2 * 32 * 2 * 2e9
+    # no AVX512_FP16: float16 runs at the float32 rate
+    assert cpu_peak("float16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second == 2 * 2 * 16 * 2 * 2e9
+    # two hyper-threads of one core share its FMA units; a given maximum clock wins
+    peak = cpu_peak("float32", fma_units=1, cpuinfo=_cpuinfo(2), usable_cpus=[0, 1], max_frequency_khz=3.0e6)
+    assert peak.flops_per_second == 1 * 1 * 16 * 2 * 3.0e9
+    avx2_only = _cpuinfo(1).replace(" avx512f avx512_bf16", "")
+    assert cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).flops_per_second == 1 * 2 * 8 * 2 * 2e9
+
+
+def test_cpu_peak_of_this_machine_names_its_inputs():
+    peak = cpu_peak("float32")
+    text = peak.describe()
+    for word in ("cores x", "FMA units x", "float32 lanes x 2 x", "GHz", "GFLOP/s", "clock:", "SIMD:"):
+        assert word in text
+    assert peak.flops_per_second > 1e9
+
+
+def test_gpu_peaks_are_the_published_dense_ones():
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16").flops_per_second == 989.4e12
+    assert gpu_peak("NVIDIA H100 PCIe", "float16").flops_per_second == 756e12
+    assert gpu_peak("NVIDIA H200", "bfloat16").flops_per_second == 989.4e12
+    a100 = gpu_peak("NVIDIA A100-SXM4-80GB", "float32")
+    assert (a100.dtype, a100.flops_per_second) == ("tf32", 156e12)  # TensorFlow's float32 matmuls on Ampere
+    assert gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False).flops_per_second == 19.5e12
+    assert gpu_peak("NVIDIA L4", "float16").flops_per_second == 121e12
+    with pytest.raises(ValueError, match="NVIDIA L40S"):
+        gpu_peak("NVIDIA L40S", "float32")
+
+
 def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
     result = run_script(
         "benchmark.py", f"--data_dir={multi30k_dir}", "--preset=tiny",
@@ -81,7 +148,8 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
         "--padded_batch=8", "--padded_length=16", "--rounds=1", f"--plot={tmp_path / 'ratios.png'}",
     )
     for row in ("a. train steps/s", "b1. real target tokens/s, same bucketed batches",
-                "b2. real target tokens/s, bucketed vs fixed padding, ours", "c. MFU"):
+                "b2. real target tokens/s, bucketed vs fixed padding, ours", "c1. MFU: training FLOP/s / float32 peak",
+                "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)

@@ -19,6 +19,7 @@ VARIANTS = {
     "pre_ln": dict(normalize_first=True),
     "learned_positions": dict(positional="learned"),
     "untied_separate": dict(tie_output=False, share_embeddings=False),
+    "windowed": dict(attention_window=2),  # restricted self-attention (Table 1)
 }
 # Source row 1 is padded after 3 tokens; target row 1 after 4 (BOS = 1 first).
 SOURCE = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]], "int32")

@@ -133,6 +133,88 @@ def attention_weights(query, key, mask=None):
     return ops.softmax(scores, axis=-1)
 
 
+def band_mask(query_length, key_length, window, causal, offset=0):
+    """The positions a restricted (windowed) self-attention sees, as an attention mask.
+
+    Query `q` (at position `offset + q` among the keys) sees key `k` when their distance is
+    below `window`: `q - window < k <= q` with `causal`, `|q - k| < window` without.
+
+    Returns:
+        bool `(1, Q, K)`.
+    """
+    query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")  # (Q, 1)
+    key_positions = ops.arange(key_length, dtype="int32")[None, :]  # (1, K)
+    distance = query_positions - key_positions  # (Q, K)
+    inside = ops.logical_and(distance < window, distance > -window)
+    if causal:
+        inside = ops.logical_and(inside, distance >= 0)
+    return inside[None, :, :]
+
+
+def _blocks_around(sequence, window, before, after):
+    """`(B, H, N, D)` padded to blocks of `window`: each block with `before` and `after` neighbours.
+
+    Returns `(B, H, nb, (before + 1 + after) * window, D)` where block `i` holds the
+    positions `(i - before) * window .. (i + 1 + after) * window - 1` (zeros outside).
+    """
+    shape = ops.shape(sequence)
+    blocks = -(-shape[2] // window)
+    padded = ops.pad(sequence, [[0, 0], [0, 0], [before * window, (blocks + after) * window - shape[2]], [0, 0]])
+    padded = ops.reshape(padded, (shape[0], shape[1], blocks + before + after, window, shape[3]))
+    parts = [padded[:, :, offset : offset + blocks] for offset in range(before + 1 + after)]
+    return ops.reshape(ops.concatenate(parts, axis=3), (shape[0], shape[1], blocks, -1, shape[3]))
+
+
+def windowed_attention(query, key, value, window, causal=False, key_padding_mask=None, dropout=None):
+    """Self-attention restricted to a neighbourhood of `window` positions (paper Table 1).
+
+    Computes only the scores inside the band (see `band_mask`): the sequence is cut into
+    blocks of `window` positions and each block attends to itself and its one (causal) or
+    two neighbouring blocks, so work and memory grow as O(N * window) instead of O(N^2).
+    Equals `scaled_dot_product_attention` with `band_mask` (and the padding mask).
+
+    Args:
+        query, key: `(B, H, N, Dk)` (the same positions: self-attention).
+        value: `(B, H, N, Dv)`.
+        window: r, a positive int.
+        causal: see only the current and earlier positions.
+        key_padding_mask: optional bool `(B, N)`, True at real tokens.
+        dropout: optional function applied to the attention weights.
+
+    Returns:
+        `(B, H, N, Dv)` in the value dtype.
+    """
+    length = ops.shape(query)[2]
+    after = 0 if causal else 1
+    blocks = -(-length // window)
+    queries = ops.pad(query, [[0, 0], [0, 0], [0, blocks * window - length], [0, 0]])
+    queries = ops.reshape(queries, (ops.shape(query)[0], ops.shape(query)[1], blocks, window, ops.shape(query)[3]))
+    keys = _blocks_around(key, window, 1, after)  # (B, H, nb, C, Dk), C = (2 + after) * window
+    values = _blocks_around(value, window, 1, after)  # (B, H, nb, C, Dv)
+    # Positions: query p = i * window + q; key j = (i - 1) * window + c.
+    query_positions = ops.reshape(ops.arange(blocks * window, dtype="int32"), (blocks, window, 1))  # (nb, W, 1)
+    key_positions = ops.arange((2 + after) * window, dtype="int32")[None, :] + (
+        ops.arange(blocks, dtype="int32")[:, None] - 1) * window
+    key_positions = key_positions[:, None, :]  # (nb, 1, C)
+    distance = query_positions - key_positions  # (nb, W, C)
+    mask = ops.logical_and(distance < window, distance > -window)
+    mask = ops.logical_and(mask, ops.logical_and(key_positions >= 0, key_positions < length))
+    if causal:
+        mask = ops.logical_and(mask, distance >= 0)
+    mask = mask[None, None]  # (1, 1, nb, W, C)
+    if key_padding_mask is not None:
+        padding = ops.cast(key_padding_mask, "bool")[:, None, :, None]  # (B, 1, N, 1)
+        padding = _blocks_around(ops.cast(padding, "int32"), window, 1, after)[..., 0]  # (B, 1, nb, C)
+        mask = ops.logical_and(mask, ops.cast(padding, "bool")[:, :, :, None, :])
+    weights = attention_weights(queries, keys, mask)  # (B, H, nb, W, C) float32
+    if dropout is not None:
+        weights = dropout(weights)
+    outputs = ops.matmul(ops.cast(weights, values.dtype), values)  # (B, H, nb, W, Dv)
+    shape = ops.shape(outputs)
+    outputs = ops.reshape(outputs, (shape[0], shape[1], blocks * window, shape[4]))
+    return outputs[:, :, :length]
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
@@ -165,6 +247,13 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: per-head value width Dv. Defaults to `key_dim`.
         output_dim: width of the output. Defaults to the query width D.
         dropout: dropout rate on the attention weights (the paper uses 0).
+        attention_window: restricted self-attention (paper Table 1): each query sees only
+            the keys at distance < `attention_window` (with `use_causal_mask`: itself and
+            the `attention_window - 1` positions before it); for self-attention only (the
+            keys are the query positions). Without a cache, scores or an explicit
+            `attention_mask` the layer computes only those scores, in blocks
+            (`windowed_attention`: O(N * window) work and memory); otherwise the same band
+            is applied as a mask. `None` (default): full attention.
         use_bias: whether the projections have biases.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the biases.
@@ -212,10 +301,14 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        attention_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
+        if attention_window is not None:
+            check_positive_int("attention_window", attention_window)
+        self.attention_window = attention_window
         for name, value in (("key_dim", key_dim), ("value_dim", value_dim), ("output_dim", output_dim)):
             if value is not None:
                 check_positive_int(name, value)
@@ -354,6 +447,21 @@ class MultiHeadAttention(keras.layers.Layer):
                 values = values[:, :, : cache_index + query_length]
                 if attention_mask is not None:
                     attention_mask = attention_mask[:, :, : cache_index + query_length]
+        window = self.attention_window
+        if window and cache is None:
+            query_length, key_length = query.shape[1], keys.shape[2]
+            if query_length is not None and key_length is not None and query_length != key_length:
+                raise ValueError(
+                    "attention_window restricts self-attention: queries and keys must be the same positions. "
+                    f"Received: query length {query_length}, key length {key_length}"
+                )
+        if window and cache is None and attention_mask is None and not return_attention_scores:
+            dropout = (lambda weights: self._dropout_layer(weights, training=training)) if self.dropout else None
+            outputs = windowed_attention(queries, keys, values, window, use_causal_mask, key_mask, dropout)
+            return self._output(outputs)
+        if window:  # the same band, as a mask over the full scores
+            band = band_mask(ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset)
+            attention_mask = band if attention_mask is None else ops.logical_and(ops.cast(attention_mask, "bool"), band)
         mask = masks_lib.merge_masks(
             ops.shape(queries)[2],
             ops.shape(keys)[2],
@@ -370,13 +478,17 @@ class MultiHeadAttention(keras.layers.Layer):
         outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
         if grouped_rows is not None:
             outputs = _ungroup_outputs(outputs, grouped_rows, query_length)  # (N, H, Q, Dv)
-        outputs = ops.einsum("bhqv,hvd->bqd", outputs, self.output_kernel)  # (B, Q, D)
-        if self.use_bias:
-            outputs = outputs + self.output_bias
+        outputs = self._output(outputs)
         if cache is not None:
             return outputs, cache
         if return_attention_scores:
             return outputs, weights
+        return outputs
+
+    def _output(self, heads):
+        outputs = ops.einsum("bhqv,hvd->bqd", heads, self.output_kernel)  # (B, Q, D)
+        if self.use_bias:
+            outputs = outputs + self.output_bias
         return outputs
 
     def get_config(self):
@@ -384,6 +496,7 @@ class MultiHeadAttention(keras.layers.Layer):
         config.update(
             {
                 "num_heads": self.num_heads,
+                "attention_window": self.attention_window,
                 "key_dim": self.key_dim,
                 "value_dim": self.value_dim,
                 "output_dim": self.output_dim,

@@ -56,11 +56,15 @@ class TransformerBlock(keras.layers.Layer):
         normalize_first=False,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        attention_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
+        if attention_window is not None:
+            check_positive_int("attention_window", attention_window)
+        self.attention_window = attention_window
         for name, dim in (("key_dim", key_dim), ("value_dim", value_dim)):
             if dim is not None:
                 check_positive_int(name, dim)
@@ -109,6 +113,7 @@ class TransformerBlock(keras.layers.Layer):
             dropout=self.attention_dropout,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
+            attention_window=self.attention_window if name == "self_attention" else None,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -148,6 +153,7 @@ class TransformerBlock(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "attention_window": self.attention_window,
             }
         )
         return config

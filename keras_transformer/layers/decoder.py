@@ -39,6 +39,10 @@ class DecoderBlock(TransformerBlock):
         normalize_first: pre-LN instead of the paper's post-LN.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
+        attention_window: restricted self-attention (paper Table 1): each position attends
+            only to itself and the `attention_window - 1` positions before it, computed in
+            blocks with O(T * window) cost (see `MultiHeadAttention`); cross-attention stays
+            full. `None`: full attention.
 
     Call arguments:
         decoder_sequence: `(B, T, D)` target-side inputs.

@@ -33,6 +33,9 @@ class EncoderBlock(TransformerBlock):
         normalize_first: pre-LN instead of the paper's post-LN.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
+        attention_window: restricted self-attention (paper Table 1): each position attends
+            only to the positions at distance < `attention_window` on either side, computed in
+            blocks with O(S * window) cost (see `MultiHeadAttention`). `None`: full attention.
 
     Call arguments:
         inputs: `(B, S, D)`.

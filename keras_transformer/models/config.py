@@ -64,6 +64,10 @@ class TransformerConfig:
         key_dim, value_dim: d_k, d_v per head; `None` means hidden_dim / num_heads.
         dropout: P_drop on sub-layer outputs and on embedding + position sums.
         attention_dropout, activation_dropout: extra dropouts (0 in the paper).
+        attention_window: restricted self-attention (paper Table 1, section 7): encoder and
+            decoder self-attention see only the positions at distance < r (the decoder:
+            itself and the r - 1 before it), in O(n * r) instead of O(n^2); `None` (the
+            paper's models): full attention.
         activation: FFN activation.
         layer_norm_epsilon: LayerNorm epsilon.
         normalize_first: pre-LN (False = the paper's post-LN).
@@ -94,6 +98,7 @@ class TransformerConfig:
     value_dim: Optional[int] = None
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    attention_window: Optional[int] = None
     activation_dropout: float = 0.0
     activation: str = "relu"
     layer_norm_epsilon: float = 1e-6
@@ -127,7 +132,7 @@ class TransformerConfig:
             "average_checkpoints",
         ):
             check_positive_int(name, getattr(self, name))
-        for name in ("key_dim", "value_dim"):
+        for name in ("key_dim", "value_dim", "attention_window"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         if self.key_dim is None and self.hidden_dim % self.num_heads:

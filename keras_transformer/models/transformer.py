@@ -79,6 +79,7 @@ class Transformer(keras.Model):
             value_dim=config.value_dim,
             dropout=config.dropout,
             attention_dropout=config.attention_dropout,
+            attention_window=config.attention_window,
             activation_dropout=config.activation_dropout,
             activation=config.activation,
             layer_norm_epsilon=config.layer_norm_epsilon,

@@ -12,7 +12,7 @@ from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.data.sources import load_pairs
-from keras_transformer.evaluation import benchmark_decoding, format_speed_table
+from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_corpus_flags(split="test")

@@ -1,4 +1,4 @@
-"""Smoke test of experiments/benchmark.py (training rows a-c) and the FLOP count it relies on."""
+"""experiments/benchmark.py (rows a-d), the keras-hub peer on equal terms, FLOP counts and hardware peaks."""
 
 import keras
 import matplotlib.image
@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, get_preset
-from keras_transformer.benchmark import cpu_peak, cpu_peak_flops, gpu_peak, keras_hub_transformer, training_flops
+from keras_transformer.benchmark import (
+    Row,
+    cpu_peak,
+    cpu_peak_flops,
+    format_table,
+    gpu_peak,
+    keras_hub_transformer,
+    training_flops,
+)
 from keras_transformer.benchmark.peers import attention_layers
 from tests.scripts import run_script
 
@@ -138,6 +146,15 @@ def test_gpu_peaks_are_the_published_dense_ones():
     assert gpu_peak("NVIDIA L4", "float16").flops_per_second == 121e12
     with pytest.raises(ValueError, match="NVIDIA L40S"):
         gpu_peak("NVIDIA L40S", "float32")
+
+
+def test_format_table_marks_targets():
+    rows = [Row("a. faster", 2.0, 1.0, 2.0, 1.25), Row("b. slower", 1.0, 2.0, 0.5, 1.0), Row("c. no target", 3.0, 6.0, 0.5, None)]
+    lines = format_table(rows).splitlines()
+    assert lines[0].split() == ["measurement", "ours", "peer/base", "ratio", "target"]
+    assert lines[1].split()[-2:] == ["1.25", "ok"]
+    assert lines[2].split()[-2:] == ["1.00", "MISSED"]
+    assert lines[3].split()[-1] == "-"
 
 
 def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):

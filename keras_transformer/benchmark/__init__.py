@@ -1,21 +1,36 @@
-"""Measurements behind `experiments/benchmark.py`: throughput, FLOPs, hardware peaks, peers built the same size."""
+"""Measurements behind `experiments/benchmark*.py`: timing, FLOPs, hardware peaks, peers built the same size,
+decoding speed, and the table and plot of the results."""
 
+from keras_transformer.benchmark.batches import padded_batches, real_lengths
+from keras_transformer.benchmark.decoding import DecodingSpeed, benchmark_decoding, format_speed_table
 from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
 from keras_transformer.benchmark.peaks import GPU_PEAKS, Peak, cpu_peak, cpu_peak_flops, gpu_peak, hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
+from keras_transformer.benchmark.report import format_table, plot_ratios
+from keras_transformer.benchmark.rows import Row, decoding_rows, training_rows
 from keras_transformer.benchmark.timing import compare_steps, make_train_step, time_steps
 
 __all__ = [
     "GPU_PEAKS",
+    "DecodingSpeed",
     "Peak",
+    "Row",
+    "benchmark_decoding",
     "compare_steps",
     "cpu_peak",
     "cpu_peak_flops",
+    "decoding_rows",
+    "format_speed_table",
+    "format_table",
     "gpu_peak",
     "hardware_peak",
     "keras_hub_transformer",
     "make_train_step",
     "matmul_flops_per_second",
+    "padded_batches",
+    "plot_ratios",
+    "real_lengths",
     "time_steps",
     "training_flops",
+    "training_rows",
 ]

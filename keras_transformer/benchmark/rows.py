@@ -1,0 +1,128 @@
+"""The benchmark's rows: each compares two measurements taken in the same run on the same machine.
+
+A `Row` is `(name, ours, base, ratio, target)`: `ratio` is ours over the peer or base
+(>= `target` is the goal; `None`: no target). Printed by `format_table`, plotted by
+`plot_ratios` (`benchmark.report`).
+"""
+
+import collections
+import tempfile
+import time
+
+import keras
+
+from keras_transformer.benchmark.batches import padded_batches, real_lengths
+from keras_transformer.benchmark.decoding import benchmark_decoding
+from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
+from keras_transformer.benchmark.peaks import hardware_peak
+from keras_transformer.benchmark.peers import keras_hub_transformer
+from keras_transformer.benchmark.timing import compare_steps, make_train_step
+from keras_transformer.data.pipeline import make_dataset
+from keras_transformer.models.transformer import Transformer
+
+Row = collections.namedtuple("Row", ["name", "ours", "base", "ratio", "target"])
+
+
+def training_rows(config, pairs, tokenizer, precision="float32", steps=30, rounds=3, batch_tokens=4096,
+                  padded_length=32, padded_batch=64, jit_compile=False, seed=0, fma_units=2, log=print):
+    """Rows a-c: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).
+
+    Args:
+        config: the `TransformerConfig` of both models.
+        pairs: training sentence pairs.
+        tokenizer: a `data.Tokenizer` for them.
+        precision: the dtype policy of both models.
+        steps: timed training steps per measurement.
+        rounds: alternating timing rounds; each side keeps its fastest.
+        batch_tokens: token budget per bucketed batch.
+        padded_length, padded_batch: row a's fixed batches (sentences cut/padded to
+            `padded_length`, `padded_batch` per batch).
+        jit_compile: compile both training steps with XLA.
+        seed: of the bucketed pipeline.
+        fma_units: FMA units per CPU core for the peak of row c1.
+        log: prints the parameter counts and the peak's inputs.
+
+    Returns:
+        a list of `Row`s.
+    """
+    policy = precision
+    ours = Transformer(config, dtype=policy)
+    peer = keras_hub_transformer(config, dtype=policy)
+    log(f"config: {config.architecture()}")
+    log(f"parameters: ours {ours.count_params():,}, keras-hub {peer.count_params():,}")
+    rows = []
+
+    # a. identical padded batches
+    padded = padded_batches(pairs, tokenizer, padded_length, padded_batch, steps)
+    ours_step = make_train_step(ours, config, jit_compile)
+    peer_step = make_train_step(peer, config, jit_compile)
+    ours_seconds, peer_seconds = compare_steps((ours_step, padded), (peer_step, padded), rounds)
+    rows.append(Row("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
+                 peer_seconds / ours_seconds, 1.25))
+
+    # b1. real target tokens/s, ours vs the peer, both on our bucketed batches
+    bucketed = list(make_dataset(pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length,
+                                 seed=seed).take(steps))
+    bucketed_tokens = sum(real_lengths(bucketed)[1])
+    ours_seconds, peer_seconds = compare_steps((ours_step, bucketed), (peer_step, bucketed), rounds)
+    rows.append(Row("b1. real target tokens/s, same bucketed batches", bucketed_tokens / ours_seconds,
+                 bucketed_tokens / peer_seconds, peer_seconds / ours_seconds, 1.25))
+
+    # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
+    fixed = padded_batches(pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps)
+    fixed_tokens = sum(real_lengths(fixed)[1])
+    bucketed_seconds, fixed_seconds = compare_steps((ours_step, bucketed), (ours_step, fixed), rounds)
+    bucketed_rate, fixed_rate = bucketed_tokens / bucketed_seconds, fixed_tokens / fixed_seconds
+    rows.append(Row("b2. real target tokens/s, bucketed vs fixed padding, ours", bucketed_rate, fixed_rate,
+                 bucketed_rate / fixed_rate, 3.0))
+
+    # c. model FLOP utilization on real tokens: against the hardware peak, and (separately)
+    # against the float32 matmul rate measured now
+    source_lengths, target_lengths = real_lengths(bucketed)
+    achieved = training_flops(config, source_lengths, target_lengths) / ours_seconds
+    peak = hardware_peak(keras.dtype_policies.get(policy).compute_dtype, fma_units=fma_units)
+    log(f"peak: {peak.describe()}")
+    rows.append(Row(f"c1. MFU: training FLOP/s / {peak.dtype} peak", achieved / 1e9, peak.flops_per_second / 1e9,
+                 achieved / peak.flops_per_second, None))
+    matmul = matmul_flops_per_second()
+    rows.append(Row("c2. training FLOP/s / measured float32 matmul FLOP/s", achieved / 1e9, matmul / 1e9,
+                 achieved / matmul, 0.60))
+    return rows
+
+
+def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentences=None):
+    """Rows d: cached vs recompute beam 4, and the SavedModel translating `sources` (seconds).
+
+    Args:
+        model_dir: a trained run directory.
+        sources: source sentences (the test split).
+        decode_sentences: the first this many are decoded cached and recomputed.
+        saved_model_sentences: the SavedModel translates only this many (default: all).
+    """
+    from keras_transformer.evaluation.translator import SavedModelTranslator
+    from keras_transformer.export import Translator, export_saved_model
+    from keras_transformer.training import load_run
+
+    model, tokenizer, _ = load_run(model_dir)
+    rows = []
+    # Graph mode drops finished sentences from the working set; XLA keeps static shapes, so
+    # there the recompute baseline re-runs the decoder over its whole output buffer.
+    for jit_compile, mode in ((False, "graph"), (True, "XLA")):
+        cached, recompute = benchmark_decoding(
+            model, tokenizer, sources[: decode_sentences], beam_size=4, methods=("beam",),
+            jit_compile=jit_compile,
+        )
+        rows.append(Row(f"d. beam 4 sentences/s, cached vs recompute, {mode}", cached.sentences_per_second,
+                     recompute.sentences_per_second, recompute.seconds / cached.seconds, 10.0))
+    sources = sources[: saved_model_sentences] if saved_model_sentences else sources
+    with tempfile.TemporaryDirectory() as export_dir:
+        result = export_saved_model(Translator(model, tokenizer, beam_size=4), export_dir, name="benchmark",
+                                    verify=False, check_ops=False)
+        translate = SavedModelTranslator(str(result.path), batch_size=64)
+        translate(sources[:64])  # warm-up (the first call loads the graph)
+        start = time.perf_counter()
+        translate(sources)
+        seconds = time.perf_counter() - start
+    # Inverted so that "ratio >= target" reads as "within the time budget".
+    rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam 4 (s)", seconds, 20.0, 20.0 / seconds, 1.0))
+    return rows

@@ -27,19 +27,21 @@ def band_masked(full, inputs, window, causal, padding):
     return np.asarray(full(inputs, inputs, key_mask=padding, use_causal_mask=causal, attention_mask=band))
 
 
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("length, window", [(13, 4), (16, 4), (5, 8), (9, 1), (40, 3)])
-def test_windowed_equals_full_attention_with_the_band_mask(length, window, causal):
+def test_windowed_equals_full_attention_with_the_band_mask(length, window, causal, padded):
     inputs = RNG.normal(size=(2, length, D)).astype("float32")
-    padding = np.arange(length)[None, :] < np.array([[length], [max(length - 3, 1)]])
+    padding = np.arange(length)[None, :] < np.array([[length], [max(length - 3, 1) if padded else length]])
+    mask = padding if padded else None
     windowed, full = pair(window)
-    got = np.asarray(windowed(inputs, inputs, key_mask=padding, use_causal_mask=causal))
-    expected = band_masked(full, inputs, window, causal, padding)
+    got = np.asarray(windowed(inputs, inputs, key_mask=mask, use_causal_mask=causal))
+    expected = band_masked(full, inputs, window, causal, mask)
     # Outputs at padded positions are unspecified (ignored downstream); compare the real ones.
     np.testing.assert_allclose(got[padding], expected[padding], rtol=0, atol=2e-6)
     # The band matters: full attention differs once the sequence is longer than the window.
     if length > window:
-        unrestricted = np.asarray(full(inputs, inputs, key_mask=padding, use_causal_mask=causal))
+        unrestricted = np.asarray(full(inputs, inputs, key_mask=mask, use_causal_mask=causal))
         assert np.abs(unrestricted[padding] - expected[padding]).max() > 1e-3
 
 

@@ -13,13 +13,21 @@ docs/ctranslate2.md) and prints a translation made with it (beam
 --beam_size, no length penalty). Its decoding settings are chosen when translating.
 """
 
+import sys
 from pathlib import Path
 
 import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_transformer import cli
-from keras_transformer.export import DEFAULT_WARMUP_SENTENCES, Translator, export_saved_model, format_signatures
+from keras_transformer.export import (
+    DEFAULT_WARMUP_SENTENCES,
+    Translator,
+    export_saved_model,
+    format_signatures,
+    serving_commands,
+    validation_sample,
+)
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
@@ -54,7 +62,9 @@ flags.DEFINE_multi_string(
     "warmup_sentences", list(DEFAULT_WARMUP_SENTENCES), "Source texts of the TF Serving warmup requests (repeat the flag)."
 )
 flags.DEFINE_bool("check_ops", True, "Refuse to publish a SavedModel with ops the stock TF Serving model server lacks.")
-flags.DEFINE_string("sample", None, "Text to translate with the loaded export (default: the first warmup sentence).")
+flags.DEFINE_string(
+    "sample", None, "Text to translate with the loaded export (default: the first sentence of the run's validation split)."
+)
 
 FLAGS = flags.FLAGS
 
@@ -69,6 +79,7 @@ def main(argv):
     if FLAGS.format == "ctranslate2":
         export_for_ctranslate2(export_dir)
         return
+    progress(f"Loading {FLAGS.model_dir}")
     translator = Translator.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
@@ -86,6 +97,7 @@ def main(argv):
         version=FLAGS.version,
         warmup_sentences=FLAGS.warmup_sentences,
         check_ops=FLAGS.check_ops,
+        progress=progress,
     )
     print(f"Exported {result.path}")
     print(f"Settings: {', '.join(f'{key}={value}' for key, value in translator.settings.items())}")
@@ -97,10 +109,25 @@ def main(argv):
     print(f"TF Serving model config: {result.model_config}")
 
     loaded = tf.saved_model.load(str(result.path))
-    sample = FLAGS.sample if FLAGS.sample is not None else FLAGS.warmup_sentences[0]
+    sample = FLAGS.sample
+    if sample is None:
+        try:
+            sample = validation_sample(FLAGS.model_dir)
+        except (OSError, ValueError) as err:  # e.g. a corpus directory that moved since training
+            sample = FLAGS.warmup_sentences[0]
+            progress(f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence")
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")
     print(f"Sample (loaded export): {sample!r} -> {translation!r} (score {float(outputs['score'].numpy()[0]):.4f})")
+    docker_run, curl = serving_commands(result.path.parent, name, sample)
+    print("Serve it with TF Serving, then ask it (docs/serving.md):")
+    print(f"  {docker_run}")
+    print(f"  {curl}")
+
+
+def progress(line):
+    """A step of a SavedModel export, on stderr (stdout keeps the results)."""
+    print(f"... {line}", file=sys.stderr, flush=True)
 
 
 def export_for_ctranslate2(export_dir):

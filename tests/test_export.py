@@ -27,6 +27,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data.builtin_task import builtin_task
+from keras_transformer.data.sources import load_pairs
 from keras_transformer.decoding import make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, translate
 from keras_transformer.export import (
@@ -72,7 +73,7 @@ def _unb64(strings):
 
 @pytest.fixture(scope="module")
 def exported(trained_run, tmp_path_factory):
-    """`experiments/export.py` run once: (stdout, version directory)."""
+    """`experiments/export.py` run once: (stdout, version directory); its progress lines are on stderr."""
     export_dir = tmp_path_factory.mktemp("saved_models")
     result = subprocess.run(
         [
@@ -95,6 +96,14 @@ def exported(trained_run, tmp_path_factory):
         env=_env(),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    steps = [line for line in result.stderr.splitlines() if line.startswith("... ")]
+    assert steps == [
+        f"... Loading {trained_run}",
+        "... Tracing the 5 signatures and saving the SavedModel",
+        "... Writing the warmup requests",
+        "... Loading the copy and replaying the 6 warmup requests through it",
+        "... Checking the ops against the model server's",
+    ], result.stderr[-3000:]
     return result.stdout, export_dir / NAME / "1"
 
 
@@ -106,7 +115,15 @@ def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
     assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, 98]" in stdout
     assert "score(source: string [None], target: string [None]) -> log_probability: float32 [None]" in stdout
     assert "translate_nbest(text: string [None]) -> scores: float32 [None, 4], translations: string [None, 4]" in stdout
-    assert "Sample (loaded export): 'twenty one' -> '" in stdout
+    sample = load_pairs("builtin", "val")[0][0]  # the run's validation split
+    assert f"Sample (loaded export): {sample!r} -> '" in stdout
+    # The commands that serve this model and ask it for the sample's translation.
+    docker_run, curl = stdout.split("Serve it with TF Serving, then ask it (docs/serving.md):\n")[1].splitlines()
+    assert docker_run == (
+        f"  docker run --rm -p 8500:8500 -p 8501:8501 --mount type=bind,source={version_dir.parent},"
+        f"target=/models/{NAME} -e MODEL_NAME={NAME} tensorflow/serving:2.20.0"
+    )
+    assert curl == f"  curl -X POST http://localhost:8501/v1/models/{NAME}:predict -d '{{\"instances\": [\"{sample}\"]}}'"
     assert "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48" in stdout
 
 

@@ -21,13 +21,16 @@ from keras_transformer.export.ops_check import (
     saved_model_ops,
 )
 from keras_transformer.export.serving import (
+    SERVING_IMAGE,
     ExportResult,
     ServingModule,
     export_saved_model,
     format_signatures,
     list_versions,
     next_version,
+    serving_commands,
     signature_specs,
+    validation_sample,
 )
 from keras_transformer.export.translator import SIGNATURES, Translator
 from keras_transformer.export.warmup import (
@@ -42,6 +45,7 @@ __all__ = [
     "DEFAULT_WARMUP_SENTENCES",
     "DENIED_OPS",
     "MODEL_CONFIG_FILE",
+    "SERVING_IMAGE",
     "SIGNATURES",
     "ExportResult",
     "OpsReport",
@@ -58,7 +62,9 @@ __all__ = [
     "read_warmup_requests",
     "replay_warmup_requests",
     "saved_model_ops",
+    "serving_commands",
     "signature_specs",
+    "validation_sample",
     "warmup_requests",
     "write_model_config",
     "write_warmup_requests",

@@ -22,6 +22,7 @@ export leaves no version directory behind.
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,6 +38,9 @@ from keras_transformer.export.translator import SIGNATURES
 TOKENIZER_ASSET = "spm.model"
 EXPORT_INFO_FILE = "export_info.json"
 TMP_PREFIX = ".tmp-"
+# The newest released model server (TensorFlow 2.20 with TensorFlow Text 2.20), the runtime
+# the test suite loads exports in (tests/runtimes.py); docs/serving.md lists the others.
+SERVING_IMAGE = "tensorflow/serving:2.20.0"
 
 
 class ServingModule(tf.Module):
@@ -170,21 +174,68 @@ def _write_export_info(saved_model_dir, translator, name):
     path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
-def _save(translator, directory, name, warmup_sentences, verify, check_ops):
+def _save(translator, directory, name, warmup_sentences, verify, check_ops, progress):
     """Write and check a complete version in `directory` (a fresh temporary directory)."""
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_file = Path(scratch) / TOKENIZER_ASSET
         tokenizer_file.write_bytes(translator.tokenizer.model_proto)
         module = ServingModule(translator, tokenizer_file)
+        progress(f"Tracing the {len(SIGNATURES)} signatures and saving the SavedModel")
         tf.saved_model.save(module, str(directory), signatures=module.signatures())
+    progress("Writing the warmup requests")
     logs = warmup_lib.warmup_requests(translator, name, warmup_sentences)
     warmup_lib.write_warmup_requests(directory, logs)
     _write_export_info(directory, translator, name)
     if verify:
+        progress(f"Loading the copy and replaying the {len(logs)} warmup requests through it")
         loaded = tf.saved_model.load(str(directory))
         warmup_lib.replay_warmup_requests(loaded, warmup_lib.read_warmup_requests(directory))
         del loaded
-    return ops_check_lib.assert_servable_ops(directory) if check_ops else None
+    if not check_ops:
+        return None
+    progress("Checking the ops against the model server's")
+    return ops_check_lib.assert_servable_ops(directory)
+
+
+def validation_sample(model_dir):
+    """The first source sentence of the run's validation split (the corpus in its config.json).
+
+    Raises:
+        OSError / ValueError: if the split cannot be read (e.g. a corpus directory that moved).
+    """
+    from keras_transformer.data.sources import load_pairs
+    from keras_transformer.runs import read_run_config
+
+    _, payload = read_run_config(model_dir)
+    data = payload.get("data", {})
+    pairs = load_pairs(
+        data.get("dataset", "builtin"),
+        "val",
+        data.get("src_lang", "en"),
+        data.get("tgt_lang", "de"),
+        data.get("data_dir"),
+        data.get("files"),
+    )
+    if not pairs:
+        raise ValueError(f"The validation split of {model_dir} is empty")
+    return pairs[0][0]
+
+
+def serving_commands(model_root, name, sample="twenty one", image=SERVING_IMAGE):
+    """The shell commands that serve `model_root` with TF Serving and ask it for a translation.
+
+    Returns:
+        `(docker_run, curl)`: a `docker run` of `image` mounting `model_root` at
+        `/models/<name>`, and a REST request to its default signature with `sample`.
+    """
+    source = Path(model_root).resolve()
+    docker_run = (
+        f"docker run --rm -p 8500:8500 -p 8501:8501 "
+        f"--mount type=bind,source={shlex.quote(str(source))},target=/models/{name} -e MODEL_NAME={name} {image}"
+    )
+    payload = json.dumps({"instances": [sample]}, ensure_ascii=False)
+    curl = f"curl -X POST http://localhost:8501/v1/models/{name}:predict -d {shlex.quote(payload)}"
+    return docker_run, curl
 
 
 def export_saved_model(
@@ -196,6 +247,7 @@ def export_saved_model(
     verify=True,
     check_ops=True,
     model_config_base_path=None,
+    progress=None,
 ):
     """Export `translator` as `<export_dir>/<name>/<version>/`, atomically.
 
@@ -220,6 +272,7 @@ def export_saved_model(
         model_config_base_path: `base_path` written to `<export_dir>/<name>/models.config`
             (default `/models/<name>`, where docs/serving.md mounts the directory);
             an existing file is kept.
+        progress: called with a line naming each step as it starts (e.g. `print`).
 
     Returns:
         an `ExportResult`.
@@ -242,7 +295,7 @@ def export_saved_model(
     directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=model_root))
     try:
         os.chmod(directory, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
-        ops = _save(translator, directory, name, warmup_sentences, verify, check_ops)
+        ops = _save(translator, directory, name, warmup_sentences, verify, check_ops, progress or (lambda line: None))
         target = _publish(directory, model_root, version)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

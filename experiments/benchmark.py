@@ -18,7 +18,11 @@ under the same dtype policy (--precision) and with our dropout placement
      prefix every step, on the same test sentences, in graph mode and compiled with XLA
      (there the baseline re-runs its whole static output buffer); and the exported
      SavedModel translating the whole test_2016_flickr split with beam 4 (seconds, after
-     one warm-up batch).
+     one warm-up batch);
+  e. with --model_dir and --ctranslate2: the same weights on the same test sentences with
+     beam 4 and alpha 0.6, timed in one run: our SavedModel, our in-process search,
+     CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
+     engine applies its own length penalty, see docs/ctranslate2.md).
 """
 
 import tempfile
@@ -30,7 +34,7 @@ from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.benchmark.report import format_table, plot_ratios
-from keras_transformer.benchmark.rows import decoding_rows, training_rows
+from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece
 
 cli.define_config_flags("small")
@@ -52,6 +56,11 @@ flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it).")
 
+flags.DEFINE_bool("ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2.")
+flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
+flags.DEFINE_integer("threads", None, "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
+                     "TensorFlow's own; CTranslate2 2).")
+
 FLAGS = flags.FLAGS
 
 
@@ -59,6 +68,9 @@ def main(argv):
     del argv
     if not FLAGS.training and not FLAGS.model_dir:
         raise app.UsageError("--notraining leaves only row d, which needs --model_dir.")
+    if FLAGS.threads:  # before TensorFlow runs anything
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     keras.utils.set_random_seed(FLAGS.seed)
     rows = []
     if FLAGS.training:
@@ -79,6 +91,9 @@ def main(argv):
         rows.extend(decoding_rows(FLAGS.model_dir, [source for source, _ in test],
                                   decode_sentences=FLAGS.decode_sentences,
                                   saved_model_sentences=FLAGS.saved_model_sentences))
+        if FLAGS.ctranslate2:
+            rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
+                                         threads=FLAGS.threads or 2))
 
     print()
     print(format_table(rows))

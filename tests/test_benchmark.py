@@ -175,11 +175,36 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
 def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
     result = run_script(
         "benchmark.py", f"--data_dir={multi30k_dir}", "--notraining", f"--model_dir={trained_run}",
-        "--decode_sentences=4", "--saved_model_sentences=6",
+        "--decode_sentences=4", "--saved_model_sentences=6", "--ctranslate2", "--ctranslate2_sentences=4", "--threads=2",
     )
     assert "d. beam 4 sentences/s, cached vs recompute, graph" in result.stdout
     assert "d. beam 4 sentences/s, cached vs recompute, XLA" in result.stdout
     assert "d. SavedModel, 6 test sentences, beam 4 (s)" in result.stdout
+    assert "e. 4 sentences, beam 4, alpha 0.6 (each engine's own length penalty)" in result.stdout
+    assert "e. SavedModel vs CTranslate2 float32, sentences/s" in result.stdout
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
     result = run_script("benchmark.py", "--notraining", check=False)
     assert result.returncode != 0 and "needs --model_dir" in result.stderr
+
+
+def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
+    """Row e's code on 6 sentences (no timing claims): at alpha 0 the SavedModel, our
+    in-process search and CTranslate2 float32 translate identically, so their BLEU is equal."""
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.benchmark.rows import ctranslate2_rows
+    from keras_transformer.data.sources import load_pairs
+
+    lines = []
+    rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_size=4,
+                            tokenize="char", log=lines.append)
+    assert [row.name for row in rows] == [
+        "e. SavedModel vs CTranslate2 float32, sentences/s",
+        "e. in-process vs CTranslate2 float32, sentences/s",
+        "e. CT2 int8 vs CTranslate2 float32, sentences/s",
+    ]
+    for row in rows:
+        assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
+    assert len(lines) == 6 and lines[0].startswith("e. 6 sentences, beam 4, alpha 0.0")
+    bleu = {line[3:25].strip(): float(line.split()[-1]) for line in lines[2:]}
+    assert set(bleu) == {"SavedModel", "in-process search", "CTranslate2 float32", "CTranslate2 int8"}
+    assert bleu["SavedModel"] == bleu["in-process search"] == bleu["CTranslate2 float32"]

@@ -7,7 +7,7 @@ from keras_transformer.benchmark.flops import matmul_flops_per_second, training_
 from keras_transformer.benchmark.peaks import GPU_PEAKS, Peak, cpu_peak, cpu_peak_flops, gpu_peak, hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.report import format_table, plot_ratios
-from keras_transformer.benchmark.rows import Row, decoding_rows, training_rows
+from keras_transformer.benchmark.rows import Row, ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.benchmark.timing import compare_steps, make_train_step, time_steps
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "compare_steps",
     "cpu_peak",
     "cpu_peak_flops",
+    "ctranslate2_rows",
     "decoding_rows",
     "format_speed_table",
     "format_table",

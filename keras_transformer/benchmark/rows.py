@@ -126,3 +126,88 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
     # Inverted so that "ratio >= target" reads as "within the time budget".
     rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam 4 (s)", seconds, 20.0, 20.0 / seconds, 1.0))
     return rows
+
+
+def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=2, batch_size=64, tokenize="13a",
+                     log=print):
+    """Row e: the same weights and sentences decoded four ways, timed in one run.
+
+    Our exported SavedModel, our in-process search (`make_search_fn`, graph mode), and
+    CTranslate2 float32 and int8 exports of the run (`export.ctranslate2`), each with beam
+    `beam_size` and batches of `batch_size` length-sorted sentences (CTranslate2 calls hold
+    sources of one length, so its length limits equal ours). The length penalty is each
+    engine's own at the same alpha: GNMT ((5 + |Y|) / 6)^alpha for ours, |Y|^alpha for
+    CTranslate2 (docs/ctranslate2.md). Set TensorFlow's thread pools to `threads` before
+    TensorFlow starts (experiments/benchmark.py does); CTranslate2 gets `intra_threads`.
+
+    Args:
+        model_dir: a trained run directory.
+        pairs: `(source, reference)` pairs (the test split).
+        beam_size, length_penalty: the search.
+        threads: CTranslate2's intra-op threads.
+        batch_size: sentences per batch, for every engine.
+        tokenize: sacreBLEU tokenizer of the BLEU column.
+        log: prints the per-engine table (sentences/s, target tokens/s, BLEU).
+
+    Returns:
+        `Row`s of sentences/s, each engine against CTranslate2 float32 (target 1.0 for the
+        SavedModel). Target tokens are the output's SentencePiece pieces plus EOS, counted
+        the same way for every engine from its output text.
+    """
+    import ctranslate2
+
+    from keras_transformer.benchmark.decoding import source_batches, time_search
+    from keras_transformer.evaluation.bleu import corpus_bleu
+    from keras_transformer.evaluation.translator import SavedModelTranslator
+    from keras_transformer.export import Translator, export_saved_model
+    from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
+    from keras_transformer.training import load_run
+
+    model, tokenizer, config = load_run(model_dir)
+    pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)  # source_batches' order
+    sources, references = [source for source, _ in pairs], [reference for _, reference in pairs]
+
+    def detokenize(outputs):
+        return [tokenizer.detokenize([list(ids)]).numpy()[0].decode("utf-8") for ids in outputs]
+
+    results = {}  # engine -> (seconds, translations)
+    with tempfile.TemporaryDirectory() as workdir:
+        exported = export_saved_model(Translator(model, tokenizer, beam_size=beam_size, length_penalty=length_penalty),
+                                      workdir, name="benchmark", verify=False, check_ops=False)
+        saved_model = SavedModelTranslator(str(exported.path), batch_size=batch_size)
+        saved_model(sources[:batch_size])  # warm-up (the first call loads the graph)
+        start = time.perf_counter()
+        translations, _ = saved_model(sources)
+        results["SavedModel"] = (time.perf_counter() - start, translations)
+
+        batches = source_batches(tokenizer, sources, batch_size, config.max_length)
+        speed = time_search(model, batches, "beam", use_cache=True, beam_size=beam_size, length_penalty=length_penalty)
+        results["in-process search"] = (speed.seconds, detokenize(speed.outputs))
+
+        for quantization in ("float32", "int8"):
+            path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization)
+            translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
+            options = dict(beam_size=beam_size, length_penalty=length_penalty, max_source_length=config.max_length,
+                           max_batch_size=batch_size)
+            translate_ctranslate2(translator, tokenizer, sources[:batch_size], **options)  # warm-up
+            start = time.perf_counter()
+            outputs, _ = translate_ctranslate2(translator, tokenizer, sources, **options)
+            results[f"CTranslate2 {quantization}"] = (time.perf_counter() - start, detokenize(outputs))
+
+    log(f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
+        f"batches of {batch_size}, CTranslate2 intra_threads={threads}")
+    log(f"   {'engine':22s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
+    rates = {}
+    for engine, (seconds, translations) in results.items():
+        tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations).to_list())
+        bleu = corpus_bleu(translations, references, tokenize=tokenize)[0]
+        rates[engine] = len(sources) / seconds
+        log(f"   {engine:22s} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
+    base = rates["CTranslate2 float32"]
+    return [
+        Row("e. SavedModel vs CTranslate2 float32, sentences/s", rates["SavedModel"], base, rates["SavedModel"] / base, 1.0),
+        Row("e. in-process vs CTranslate2 float32, sentences/s", rates["in-process search"], base,
+            rates["in-process search"] / base, None),
+        Row("e. CT2 int8 vs CTranslate2 float32, sentences/s", rates["CTranslate2 int8"], base,
+            rates["CTranslate2 int8"] / base, None),
+    ]

@@ -150,7 +150,12 @@ def export_for_ctranslate2(export_dir):
     print(f"Exported {path} (CTranslate2, {FLAGS.quantization})")
     config, _ = read_run_config(FLAGS.model_dir)
     translator = ctranslate2.Translator(str(path), device="cpu")
-    sample = FLAGS.sample if FLAGS.sample is not None else FLAGS.warmup_sentences[0]
+    sample = FLAGS.sample
+    if sample is None:
+        try:
+            sample = validation_sample(FLAGS.model_dir)
+        except (OSError, ValueError):  # e.g. a corpus directory that moved since training
+            sample = FLAGS.warmup_sentences[0]
     tokenizer = Tokenizer(path / TOKENIZER_FILE)  # the copy beside the model
     outputs, scores = translate_ctranslate2(
         translator,

@@ -65,6 +65,8 @@ def test_peer_drops_out_where_ours_does(attention_dropout):
 def test_peer_refuses_what_it_cannot_express():
     with pytest.raises(ValueError, match="activation_dropout=0.1"):
         keras_hub_transformer(get_preset("tiny", activation_dropout=0.1, **PEER_CONFIG))
+    with pytest.raises(ValueError, match="attention_window=4"):
+        keras_hub_transformer(get_preset("tiny", attention_window=4, **PEER_CONFIG))
 
 
 

@@ -43,12 +43,16 @@ def keras_hub_transformer(config, dtype=None):
 
     Raises:
         ValueError: for `activation_dropout > 0` (keras-hub's feed-forward has no inner
-            dropout), or key/value widths other than hidden_dim / num_heads.
+            dropout), `attention_window`, or key/value widths other than hidden_dim / num_heads.
     """
     if config.activation_dropout:
         raise ValueError(
             "The keras-hub peer has no dropout inside the feed-forward network. "
             f"Received: activation_dropout={config.activation_dropout}"
+        )
+    if getattr(config, "attention_window", None) is not None:
+        raise ValueError(
+            f"The keras-hub peer has no restricted self-attention. Received: attention_window={config.attention_window}"
         )
     for name in ("key_dim", "value_dim"):
         value = getattr(config, name)

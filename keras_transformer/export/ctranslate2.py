@@ -75,8 +75,8 @@ def check_ctranslate2_config(config):
     """Raise a ValueError naming the first setting of `config` CTranslate2 cannot express.
 
     CTranslate2 derives the head width as hidden_dim / num_heads, so `key_dim` and
-    `value_dim` must be unset or equal to it; the feed-forward activation must be one of
-    `ACTIVATIONS`.
+    `value_dim` must be unset or equal to it; its self-attention is never restricted to a
+    window (`attention_window`); the feed-forward activation must be one of `ACTIVATIONS`.
     """
     head_dim = config.hidden_dim // config.num_heads
     for name in ("key_dim", "value_dim"):
@@ -86,6 +86,11 @@ def check_ctranslate2_config(config):
                 f"CTranslate2 cannot express {name}={value}: its attention heads are hidden_dim / num_heads wide. "
                 f"Received: {name}={value}, hidden_dim={config.hidden_dim}, num_heads={config.num_heads}"
             )
+    if getattr(config, "attention_window", None) is not None:
+        raise ValueError(
+            f"CTranslate2 cannot express attention_window={config.attention_window}: its self-attention "
+            f"attends to every position. Received: attention_window={config.attention_window}"
+        )
     name = _activation_name(config.activation)
     if name not in ACTIVATIONS:
         raise ValueError(

@@ -1,4 +1,4 @@
-"""Evaluate a trained run or an exported SavedModel on a corpus split with sacreBLEU.
+r"""Evaluate a trained run or an exported SavedModel on a corpus split with sacreBLEU.
 
     python experiments/evaluate.py --model_dir=runs/builtin_tiny --split=test
     python experiments/evaluate.py --model_dir=runs/multi30k_en_de --dataset=multi30k \
@@ -12,6 +12,10 @@ length + 50); a SavedModel decodes with the settings fixed at export. --tokenize
 to 13a, except "char" for the built-in task (one German word per sentence: word BLEU
 would be 0 for every system).
 """
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 from absl import app, flags
 

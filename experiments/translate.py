@@ -1,4 +1,4 @@
-"""Translate text with a trained run: one input line -> one output line.
+r"""Translate text with a trained run: one input line -> one output line.
 
     echo "twenty one" | python experiments/translate.py --model_dir=runs/builtin_tiny
     python experiments/translate.py --model_dir=runs/builtin_tiny --input=src.txt \
@@ -13,12 +13,17 @@ input line i, `line<i>_{encoder,decoder_self,cross}_layer<l>.png` heatmaps (one 
 heads per layer and kind).
 """
 
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+
 import sys
 from pathlib import Path
 
 from absl import app, flags
 
 from keras_transformer import cli
+from keras_transformer.runs import load_run
 from keras_transformer.evaluation import Translator, decode_lines, search_options, translate_lines
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
@@ -49,8 +54,6 @@ def read_lines(path):
 
 def main(argv):
     del argv
-    from keras_transformer.training import load_run
-
     (lines, replaced), name = read_lines(FLAGS.input)  # before the model: a bad --input fails at once
     model, tokenizer, config = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
     try:

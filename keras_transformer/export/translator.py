@@ -34,6 +34,7 @@ from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 from keras_transformer.layers.checks import check_positive_int
+from keras_transformer.runs import load_run
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 SOURCE_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -86,7 +87,7 @@ class Translator(tf.Module):
 
     Example:
 
-    >>> from keras_transformer.training import load_run
+    >>> from keras_transformer.runs import load_run
     >>> model, tokenizer, config = load_run("runs/builtin_tiny")  # doctest: +SKIP
     >>> translator = Translator(model, tokenizer, beam_size=4)  # doctest: +SKIP
     >>> translator.translate(["twenty one"])["translation"]  # doctest: +SKIP
@@ -154,8 +155,6 @@ class Translator(tf.Module):
             average_last: instead, average the last this many checkpoints.
             **settings: the decoding settings of the constructor (`beam_size`, ...).
         """
-        from keras_transformer.training.run import load_run
-
         model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
         return cls(model, tokenizer, **settings)
 

@@ -136,7 +136,7 @@ def export_for_ctranslate2(export_dir):
 
     from keras_transformer.data.tokenizer import Tokenizer
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
-    from keras_transformer.training.run import TOKENIZER_FILE, read_run_config
+    from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
     name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
     path = export_ctranslate2(

@@ -26,7 +26,7 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 )
 from keras_transformer.models.config import get_preset  # noqa: E402
 from keras_transformer.models.transformer import Transformer  # noqa: E402
-from keras_transformer.training.run import load_run  # noqa: E402
+from keras_transformer.runs import load_run  # noqa: E402
 from tests.scripts import run_script  # noqa: E402
 
 NUM_SENTENCES = 200

@@ -278,7 +278,7 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
         the output directory as a `Path`. It holds `model.bin`, `config.json`,
         `shared_vocabulary.json` and the run's `spm.model`.
     """
-    from keras_transformer.training.run import TOKENIZER_FILE, load_run, read_run_config
+    from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")

@@ -1,4 +1,4 @@
-"""Training throughput against a keras-hub peer, measured in the same run, as one table.
+r"""Training throughput against a keras-hub peer, measured in the same run, as one table.
 
     python experiments/benchmark.py --preset=small --data_dir=../shared/data/multi30k
 
@@ -24,6 +24,10 @@ under the same dtype policy (--precision) and with our dropout placement
      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
      engine applies its own length penalty, see docs/ctranslate2.md).
 """
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import tempfile
 from pathlib import Path
@@ -105,4 +109,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

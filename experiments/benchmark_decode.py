@@ -1,4 +1,4 @@
-"""Decoding speed: greedy and beam search, cached versus recompute-the-prefix.
+r"""Decoding speed: greedy and beam search, cached versus recompute-the-prefix.
 
     python experiments/benchmark_decode.py --model_dir=runs/builtin_tiny --num_sentences=256
 
@@ -8,9 +8,14 @@ warmed up on the first batch before the timed pass. Prints sentences/s and outpu
 tokens/s per configuration, and the cached/recompute speedup of each search.
 """
 
-from absl import app, flags
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+
+from absl import flags
 
 from keras_transformer import cli
+from keras_transformer.runs import load_run
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
 
@@ -30,7 +35,6 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from keras_transformer.training import load_run
 
     model, tokenizer, config = load_run(FLAGS.model_dir)
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)
@@ -58,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

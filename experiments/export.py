@@ -1,4 +1,4 @@
-"""Export a trained run as a SavedModel for TF Serving (text in, text out), or for CTranslate2.
+r"""Export a trained run as a SavedModel for TF Serving (text in, text out), or for CTranslate2.
 
     python experiments/export.py --model_dir=runs/builtin_tiny --name=numbers
 
@@ -12,6 +12,10 @@ writes the CTranslate2 model directory `ctranslate2_models/builtin_tiny/` (see
 docs/ctranslate2.md) and prints a translation made with it (beam
 --beam_size, no length penalty). Its decoding settings are chosen when translating.
 """
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import sys
 from pathlib import Path
@@ -28,6 +32,7 @@ from keras_transformer.export import (
     serving_commands,
     validation_sample,
 )
+from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
@@ -136,7 +141,6 @@ def export_for_ctranslate2(export_dir):
 
     from keras_transformer.data.tokenizer import Tokenizer
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
-    from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
     name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
     path = export_ctranslate2(
@@ -171,4 +175,4 @@ def export_for_ctranslate2(export_dir):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -19,6 +19,7 @@ from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.timing import compare_steps, make_train_step
 from keras_transformer.data.pipeline import make_dataset
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.runs import load_run
 
 Row = collections.namedtuple("Row", ["name", "ours", "base", "ratio", "target"])
 
@@ -101,7 +102,6 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
     """
     from keras_transformer.evaluation.translator import SavedModelTranslator
     from keras_transformer.export import Translator, export_saved_model
-    from keras_transformer.runs import load_run
 
     model, tokenizer, _ = load_run(model_dir)
     rows = []
@@ -161,7 +161,6 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
     from keras_transformer.evaluation.translator import SavedModelTranslator
     from keras_transformer.export import Translator, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
-    from keras_transformer.runs import load_run
 
     model, tokenizer, config = load_run(model_dir)
     pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)  # source_batches' order

@@ -12,7 +12,6 @@ from keras_transformer.evaluation.bleu import TOKENIZERS, CorpusScores, corpus_b
 from keras_transformer.evaluation.evaluate import (
     CheckpointScore,
     EvaluationResult,
-    checkpoint_step,
     default_tokenize,
     evaluate_run,
     evaluate_saved_model,
@@ -30,6 +29,7 @@ from keras_transformer.evaluation.translator import (
     translate_in_batches,
     translate_lines,
 )
+from keras_transformer.runs import checkpoint_step
 
 __all__ = [
     "SEARCH_OPTIONS",

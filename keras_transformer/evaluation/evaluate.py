@@ -8,7 +8,6 @@ from keras_transformer import runs
 from keras_transformer.evaluation.bleu import score_corpus
 from keras_transformer.evaluation.translator import SavedModelTranslator, Translator
 from keras_transformer.evaluation.translator import search_options as make_search_options
-from keras_transformer.runs import checkpoint_step  # noqa: F401 (public: evaluation.checkpoint_step)
 
 
 def default_tokenize(dataset):

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
 QUANTIZATIONS = ("float32", "int8")
 # Keras activation name -> name of the `ctranslate2.specs.Activation` member.
@@ -278,7 +279,6 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
         the output directory as a `Path`. It holds `model.bin`, `config.json`,
         `shared_vocabulary.json` and the run's `spm.model`.
     """
-    from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")

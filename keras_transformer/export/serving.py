@@ -34,6 +34,7 @@ from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
+from keras_transformer.runs import read_run_config
 
 TOKENIZER_ASSET = "spm.model"
 EXPORT_INFO_FILE = "export_info.json"
@@ -204,7 +205,6 @@ def validation_sample(model_dir):
         OSError / ValueError: if the split cannot be read (e.g. a corpus directory that moved).
     """
     from keras_transformer.data.sources import load_pairs
-    from keras_transformer.runs import read_run_config
 
     _, payload = read_run_config(model_dir)
     data = payload.get("data", {})

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from keras_transformer import runs
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.runs import average_checkpoints, checkpoint_paths, read_model_weights  # noqa: F401 (public)
+from keras_transformer.runs import average_checkpoints, checkpoint_paths
 
 
 def write_averaged_checkpoint(model_dir, last=None, output_dir=None):

@@ -16,7 +16,7 @@ from keras_transformer.data.pipeline import check_bucket_boundaries, make_datase
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
-from keras_transformer.runs import TOKENIZER_FILE, config_path, load_run, log_dir, read_run_config, tokenizer_path  # noqa: F401
+from keras_transformer.runs import config_path, log_dir, read_run_config, tokenizer_path
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.trainer import Trainer, TrainOptions, write_run_config
 

@@ -31,7 +31,6 @@ from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training.loss import label_smoothed_nll
 from keras_transformer.training.schedule import paper_optimizer
-from keras_transformer.runs import read_run_config  # noqa: F401 (public: training.read_run_config)
 from keras_transformer.training.strategy import is_chief
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")

@@ -1,0 +1,46 @@
+"""The command line as the docs show it: every flag a documented command uses is in that script's --help."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.scripts import REPO, run_script
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def documented_flags():
+    """`{script: {flag: "doc:line"}}` from every `python experiments/<script>.py ...` command in the docs."""
+    found = {}
+    for doc in DOCS:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines):
+            match = re.search(r"python (?:-m \S+ )?experiments/(\w+\.py)(.*)", line)
+            if not match:
+                continue
+            command, index = match.group(2), number
+            while command.rstrip().endswith("\\") and index + 1 < len(lines):  # continuation lines
+                index += 1
+                command = command.rstrip()[:-1] + " " + lines[index]
+            command = command.split("#", 1)[0].split("|", 1)[0]
+            for flag in re.findall(r"(?<![\w-])--([a-z][a-z0-9_]*)", command):
+                found.setdefault(match.group(1), {}).setdefault(flag, f"{Path(doc).name}:{number + 1}")
+    return found
+
+
+FLAGS = documented_flags()
+
+
+def test_the_docs_document_commands():
+    assert {"train.py", "translate.py", "evaluate.py", "export.py"} <= set(FLAGS), sorted(FLAGS)
+    assert "dataset" in FLAGS["train.py"] and "model_dir" in FLAGS["export.py"]
+
+
+@pytest.mark.parametrize("script", sorted(FLAGS))
+def test_help_lists_every_documented_flag(script):
+    shown = run_script(script, "--help", check=False).stdout  # absl exits with 1 after --help
+    listed = set(re.findall(r"^  --(?:\[no\])?([a-z][a-z0-9_]*)", shown, flags=re.MULTILINE))
+    missing = {flag: where for flag, where in FLAGS[script].items()
+               if flag not in listed and not (flag.startswith("no") and flag[2:] in listed)}
+    assert not missing, f"documented but not in `{script} --help`: {missing}"

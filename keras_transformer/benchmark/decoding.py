@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from keras_transformer.decoding.lengths import PAD_ID
+from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.searcher import make_search_fn
 from keras_transformer.decoding.text import encode_source
 

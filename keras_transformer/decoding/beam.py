@@ -30,7 +30,7 @@ import math
 import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
-from keras_transformer.decoding.lengths import BOS_ID, EOS_ID
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.steps import make_step
 from keras_transformer.layers.tracing import in_xla_context

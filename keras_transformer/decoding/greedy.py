@@ -13,7 +13,7 @@ import math
 import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
-from keras_transformer.decoding.lengths import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding.steps import make_step
 
 # 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.

@@ -18,7 +18,8 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (decoding.UNK_ID)
+from keras_transformer.data.tokenizer import BOS_ID, PAD_ID
+from keras_transformer.layers.checks import check_non_negative_int, check_positive_int
 
 # Ids that a search never emits: PAD would read as "sequence over" and BOS only starts
 # the decoder input. Their log-probabilities are set to -inf (not renormalized).
@@ -63,8 +64,7 @@ def _position_limit(model):
 
 
 def check_max_output_offset(max_output_offset):
-    if isinstance(max_output_offset, bool) or not isinstance(max_output_offset, int) or max_output_offset < 0:
-        raise ValueError(f"max_output_offset must be an integer >= 0. Received: max_output_offset={max_output_offset!r}")
+    check_non_negative_int("max_output_offset", max_output_offset)
 
 
 def buffer_length(model, source_ids, max_length=None, max_output_offset=50):
@@ -82,8 +82,7 @@ def buffer_length(model, source_ids, max_length=None, max_output_offset=50):
     check_max_output_offset(max_output_offset)
     limit = _position_limit(model)
     if max_length is not None:
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-            raise ValueError(f"max_length must be a positive integer or None. Received: max_length={max_length!r}")
+        check_positive_int("max_length", max_length)
         if limit is not None and max_length > limit:
             raise ValueError(
                 "max_length exceeds the positions of the model's learned position embedding. "

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.lengths import PAD_ID
+from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.options import SEARCH_OPTIONS, SearchOptions
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 
@@ -32,6 +32,7 @@ def search_options(config, method="beam", **overrides):
     """
     return SearchOptions.from_config(config, method, **overrides).kwargs()
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
+from keras_transformer.layers.checks import check_positive_int
 
 
 def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
@@ -49,8 +50,7 @@ def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
     Returns:
         `(translations: list[str], scores: list[float])`, aligned with `texts`.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer. Received: batch_size={batch_size!r}")
+    check_positive_int("batch_size", batch_size)
     texts = list(texts)
     if lengths is None:
         lengths = [len(text) for text in texts]

@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from keras_transformer.layers.checks import check_positive_int
+
 MODEL_CONFIG_FILE = "models.config"
 
 
@@ -34,8 +36,7 @@ def model_server_config(models, num_versions=1):
     Returns:
         the text proto (validated by parsing it with the `tensorflow-serving-api` protos).
     """
-    if isinstance(num_versions, bool) or not isinstance(num_versions, int) or num_versions < 1:
-        raise ValueError(f"num_versions must be a positive integer. Received: num_versions={num_versions!r}")
+    check_positive_int("num_versions", num_versions)
     try:
         from google.protobuf import text_format
         from tensorflow_serving.config import model_server_config_pb2

@@ -31,6 +31,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer.export import ops_check as ops_check_lib
+from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
@@ -115,8 +116,7 @@ def _check_name(name):
 
 
 def _check_version(version):
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"version must be a positive integer. Received: version={version!r}")
+    check_positive_int("version", version)
 
 
 def signature_specs(saved_model_dir, tags="serve"):

@@ -92,7 +92,7 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
     """
     import tensorflow as tf
 
-    from keras_transformer.decoding.lengths import BOS_ID, EOS_ID, PAD_ID
+    from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
     from keras_transformer.decoding.text import encode_source
 
     max_source_length = max_source_length or model.config.max_length

@@ -123,10 +123,12 @@ def read_run_scalars(model_dir):
 
 
 PANELS = (
-    ("loss", (("train", "loss", "training loss"), ("validation", "loss", "validation loss")), "loss (label-smoothed)"),
-    ("learning rate", (("train", "learning_rate", "learning rate"),), "learning rate"),
-    ("validation BLEU", (("checkpoints", "bleu", "BLEU"), ("checkpoints", "chrf", "chrF")), "score"),
-    ("throughput", (("train", "tokens_per_second", "tokens / s"),), "target tokens / s"),
+    ("loss", ((runs.TRAIN_LOG, "loss", "training loss"), (runs.VALIDATION_LOG, "loss", "validation loss")),
+     "loss (label-smoothed)"),
+    ("learning rate", ((runs.TRAIN_LOG, "learning_rate", "learning rate"),), "learning rate"),
+    ("validation BLEU", ((runs.CHECKPOINT_SCORES_LOG, "bleu", "BLEU"), (runs.CHECKPOINT_SCORES_LOG, "chrf", "chrF")),
+     "score"),
+    ("throughput", ((runs.TRAIN_LOG, "tokens_per_second", "tokens / s"),), "target tokens / s"),
 )
 """The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
 

@@ -15,7 +15,8 @@ when Keras refuses to `fit` there (as Keras 3.15 does).
 For every path and optimizer (SGD and Adam) it writes `OUT_DIR/<path>_<optimizer>.npz`:
 `losses` (the loss reported for each step), `weights` (all trainable weights, flattened,
 before and after each step: shape (STEPS + 1, P)) and, for `model.fit`, `evaluate` (the
-loss `model.evaluate` reports after training).
+loss `model.evaluate` reports after training); the reference also records `half_tokens`,
+the real tokens of each half batch.
 
 Every path sees the same global batches: `STEPS` of them, each made of two halves of four
 sentences with different numbers of real tokens. One device takes a whole global batch
@@ -137,7 +138,8 @@ def run_reference(make_optimizer):
         weights.append(flat(model))
     inputs, labels = global_batch(0)
     loss_sum, tokens = label_smoothed_nll(labels, model(inputs, training=False), model_label_smoothing())
-    return {"losses": losses, "weights": weights, "evaluate": float(loss_sum / tokens)}
+    half_tokens = [[int(np.count_nonzero(half_batch(step, half)[1])) for half in (0, 1)] for step in range(STEPS)]
+    return {"losses": losses, "weights": weights, "evaluate": float(loss_sum / tokens), "half_tokens": half_tokens}
 
 
 def model_label_smoothing():

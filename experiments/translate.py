@@ -24,7 +24,7 @@ from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.runs import load_run
-from keras_transformer.evaluation import Translator, decode_lines, search_options, translate_lines
+from keras_transformer.decoding import Translator, decode_lines, search_options, translate_lines
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_checkpoint_flags()

@@ -8,20 +8,16 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
+from keras_transformer.decoding import Translator, decode_lines, search_options, translate_in_batches, translate_lines
 from keras_transformer.evaluation import (
     DecodingSpeed,
-    Translator,
     corpus_bleu,
     corpus_chrf,
-    decode_lines,
     default_tokenize,
     evaluate_run,
     evaluate_saved_model,
     format_speed_table,
     score_corpus,
-    search_options,
-    translate_in_batches,
-    translate_lines,
 )
 from keras_transformer.models.config import get_preset
 
@@ -180,7 +176,7 @@ def test_format_speed_table():
 
 @pytest.mark.parametrize(
     "module_name",
-    ["keras_transformer.evaluation", "keras_transformer.evaluation.bleu", "keras_transformer.evaluation.translator"],
+    ["keras_transformer.evaluation", "keras_transformer.evaluation.bleu", "keras_transformer.decoding.translator"],
 )
 def test_docstring_examples_run(module_name):
     import importlib

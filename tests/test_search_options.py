@@ -7,7 +7,7 @@ import pytest
 
 from keras_transformer import Transformer, get_preset
 from keras_transformer.decoding import SearchOptions, beam_search, best_hypotheses, options_from_config
-from keras_transformer.evaluation import search_options
+from keras_transformer.decoding import search_options
 
 CONFIG = get_preset("tiny", beam_size=6, length_penalty=1.0, max_output_offset=10)
 

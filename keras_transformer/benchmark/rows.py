@@ -100,7 +100,7 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
         decode_sentences: the first this many are decoded cached and recomputed.
         saved_model_sentences: the SavedModel translates only this many (default: all).
     """
-    from keras_transformer.evaluation.translator import SavedModelTranslator
+    from keras_transformer.decoding.translator import SavedModelTranslator
     from keras_transformer.export import Translator, export_saved_model
 
     model, tokenizer, _ = load_run(model_dir)
@@ -158,7 +158,7 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
 
     from keras_transformer.benchmark.decoding import source_batches, time_search
     from keras_transformer.evaluation.bleu import corpus_bleu
-    from keras_transformer.evaluation.translator import SavedModelTranslator
+    from keras_transformer.decoding.translator import SavedModelTranslator
     from keras_transformer.export import Translator, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 

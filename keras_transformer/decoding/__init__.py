@@ -22,6 +22,15 @@ from keras_transformer.decoding.lengths import length_penalty
 from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn, options_from_config
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep, make_step
+from keras_transformer.decoding.translator import (
+    SavedModelTranslator,
+    Translator,
+    decode_lines,
+    resolve_saved_model,
+    search_options,
+    translate_in_batches,
+    translate_lines,
+)
 
 __all__ = [
     "BOS_ID",
@@ -32,9 +41,12 @@ __all__ = [
     "CachedStep",
     "RecomputeStep",
     "SEARCH_OPTIONS",
+    "SavedModelTranslator",
     "SearchOptions",
+    "Translator",
     "beam_search",
     "best_hypotheses",
+    "decode_lines",
     "filter_logits",
     "greedy_search",
     "length_penalty",
@@ -43,5 +55,9 @@ __all__ = [
     "options_from_config",
     "recompute_beam_search",
     "recompute_greedy_search",
+    "resolve_saved_model",
     "sample",
+    "search_options",
+    "translate_in_batches",
+    "translate_lines",
 ]

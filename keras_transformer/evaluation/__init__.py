@@ -20,27 +20,14 @@ from keras_transformer.evaluation.evaluate import (
     write_lines,
 )
 from keras_transformer.evaluation.speed import DecodingSpeed, benchmark_decoding, format_speed_table
-from keras_transformer.evaluation.translator import (
-    SEARCH_OPTIONS,
-    SavedModelTranslator,
-    Translator,
-    decode_lines,
-    search_options,
-    translate_in_batches,
-    translate_lines,
-)
 from keras_transformer.runs import checkpoint_step
 
 __all__ = [
-    "SEARCH_OPTIONS",
     "TOKENIZERS",
     "CheckpointScore",
     "CorpusScores",
     "DecodingSpeed",
     "EvaluationResult",
-    "SavedModelTranslator",
-    "Translator",
-    "decode_lines",
     "benchmark_decoding",
     "checkpoint_step",
     "corpus_bleu",
@@ -52,8 +39,5 @@ __all__ = [
     "format_speed_table",
     "score_checkpoints",
     "score_corpus",
-    "search_options",
-    "translate_in_batches",
-    "translate_lines",
     "write_lines",
 ]

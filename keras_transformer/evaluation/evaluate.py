@@ -6,8 +6,8 @@ from pathlib import Path
 
 from keras_transformer import runs
 from keras_transformer.evaluation.bleu import score_corpus
-from keras_transformer.evaluation.translator import SavedModelTranslator, Translator
-from keras_transformer.evaluation.translator import search_options as make_search_options
+from keras_transformer.decoding.translator import SavedModelTranslator, Translator
+from keras_transformer.decoding.translator import search_options as make_search_options
 
 
 def default_tokenize(dataset):

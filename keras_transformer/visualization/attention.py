@@ -77,7 +77,7 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
             appended.
         target_ids: output token ids to force (BOS excluded, EOS included), e.g. from
             `Translator.output_ids`. Takes precedence over `target`.
-        translator: with neither `target` nor `target_ids`, the `evaluation.Translator`
+        translator: with neither `target` nor `target_ids`, the `decoding.Translator`
             that translates `source` (default: greedy search).
         max_source_length: truncate the source (default: the model's `max_length`).
 
@@ -102,7 +102,7 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
             target_ids = [int(i) for i in tokenizer.tokenize(tf.constant([target])).to_list()[0]] + [EOS_ID]
         else:
             if translator is None:
-                from keras_transformer.evaluation.translator import Translator
+                from keras_transformer.decoding.translator import Translator
 
                 translator = Translator(model, tokenizer, "greedy", max_source_length=max_source_length)
             target_ids = translator.output_ids([source])[0]

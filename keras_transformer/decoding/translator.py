@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.decoding.options import SEARCH_OPTIONS, SearchOptions
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 
 def search_options(config, method="beam", **overrides):

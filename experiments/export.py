@@ -26,7 +26,7 @@ from absl import app, flags, logging
 from keras_transformer import cli
 from keras_transformer.export import (
     DEFAULT_WARMUP_SENTENCES,
-    Translator,
+    TranslationModule,
     export_saved_model,
     format_signatures,
     serving_commands,
@@ -85,7 +85,7 @@ def main(argv):
         export_for_ctranslate2(export_dir)
         return
     progress(f"Loading {FLAGS.model_dir}")
-    translator = Translator.from_run(
+    translator = TranslationModule.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,

@@ -234,11 +234,11 @@ def test_translator_output_ids_and_scores(run_model):
 
 
 def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
-    from keras_transformer.export import Translator as ServingTranslator
+    from keras_transformer.export import TranslationModule
     from keras_transformer.export import export_saved_model
 
     model, tokenizer, _ = run_model
-    export = export_saved_model(ServingTranslator(model, tokenizer), tmp_path, "numbers", verify=False, check_ops=False)
+    export = export_saved_model(TranslationModule(model, tokenizer), tmp_path, "numbers", verify=False, check_ops=False)
     export_dir = export.path  # <tmp>/numbers/1, beam 4 and alpha 0.6 from the run config
     pairs = [
         ("twenty one", "einundzwanzig"),

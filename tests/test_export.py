@@ -31,7 +31,7 @@ from keras_transformer.data.sources import load_pairs
 from keras_transformer.decoding import make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, translate
 from keras_transformer.export import (
-    Translator,
+    TranslationModule,
     assert_servable_ops,
     check_saved_model_ops,
     export_saved_model,
@@ -249,7 +249,7 @@ def run_objects(trained_run):
 @pytest.fixture(scope="module")
 def translator(run_objects):
     model, tokenizer, _ = run_objects
-    return Translator(model, tokenizer, **BEAM)
+    return TranslationModule(model, tokenizer, **BEAM)
 
 
 def _log_probability(model, tokenizer, source, target):
@@ -474,9 +474,9 @@ def test_wrong_dtype_or_rank_is_a_clear_error_and_the_model_keeps_working(served
 def test_bad_settings_are_refused_before_anything_is_written(run_objects, translator, tmp_path):
     model, tokenizer, _ = run_objects
     with pytest.raises(ValueError, match="beam_size must be a positive integer"):
-        Translator(model, tokenizer, beam_size=0)
+        TranslationModule(model, tokenizer, beam_size=0)
     with pytest.raises(ValueError, match="max_source_length exceeds the model's max_length"):
-        Translator(model, tokenizer, max_source_length=49)
+        TranslationModule(model, tokenizer, max_source_length=49)
     with pytest.raises(TypeError, match="warmup sentences must be str or bytes"):
         export_saved_model(translator, tmp_path, NAME, warmup_sentences=["one", 2])
     with pytest.raises(ValueError, match="name must be"):

@@ -101,7 +101,7 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
         saved_model_sentences: the SavedModel translates only this many (default: all).
     """
     from keras_transformer.decoding.translator import SavedModelTranslator
-    from keras_transformer.export import Translator, export_saved_model
+    from keras_transformer.export import TranslationModule, export_saved_model
 
     model, tokenizer, _ = load_run(model_dir)
     rows = []
@@ -116,7 +116,7 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
                      recompute.sentences_per_second, recompute.seconds / cached.seconds, 10.0))
     sources = sources[: saved_model_sentences] if saved_model_sentences else sources
     with tempfile.TemporaryDirectory() as export_dir:
-        result = export_saved_model(Translator(model, tokenizer, beam_size=4), export_dir, name="benchmark",
+        result = export_saved_model(TranslationModule(model, tokenizer, beam_size=4), export_dir, name="benchmark",
                                     verify=False, check_ops=False)
         translate = SavedModelTranslator(str(result.path), batch_size=64)
         translate(sources[:64])  # warm-up (the first call loads the graph)
@@ -159,7 +159,7 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
     from keras_transformer.benchmark.decoding import source_batches, time_search
     from keras_transformer.evaluation.bleu import corpus_bleu
     from keras_transformer.decoding.translator import SavedModelTranslator
-    from keras_transformer.export import Translator, export_saved_model
+    from keras_transformer.export import TranslationModule, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
     model, tokenizer, config = load_run(model_dir)
@@ -171,7 +171,7 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
 
     results = {}  # engine -> (seconds, translations)
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(Translator(model, tokenizer, beam_size=beam_size, length_penalty=length_penalty),
+        exported = export_saved_model(TranslationModule(model, tokenizer, beam_size=beam_size, length_penalty=length_penalty),
                                       workdir, name="benchmark", verify=False, check_ops=False)
         saved_model = SavedModelTranslator(str(exported.path), batch_size=batch_size)
         saved_model(sources[:batch_size])  # warm-up (the first call loads the graph)

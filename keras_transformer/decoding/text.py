@@ -17,7 +17,7 @@ def valid_utf8(text):
     """tf.string `text` with invalid UTF-8 sequences replaced by U+FFFD (same shape).
 
     The one rule for input text, in Python (`evaluation.decode_lines`) and in the exported
-    SavedModel (`export.Translator`): decoding never fails.
+    SavedModel (`export.TranslationModule`): decoding never fails.
     """
     return tf.strings.unicode_transcode(
         text,

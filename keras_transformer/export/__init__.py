@@ -2,8 +2,8 @@
 
 Example:
 
->>> from keras_transformer.export import Translator, export_saved_model
->>> translator = Translator.from_run("runs/builtin_tiny", beam_size=4)  # doctest: +SKIP
+>>> from keras_transformer.export import TranslationModule, export_saved_model
+>>> translator = TranslationModule.from_run("runs/builtin_tiny", beam_size=4)  # doctest: +SKIP
 >>> result = export_saved_model(translator, "saved_models", name="numbers")  # doctest: +SKIP
 >>> result.path  # doctest: +SKIP
 PosixPath('saved_models/numbers/1')
@@ -32,7 +32,7 @@ from keras_transformer.export.serving import (
     signature_specs,
     validation_sample,
 )
-from keras_transformer.export.translator import SIGNATURES, Translator
+from keras_transformer.export.translator import SIGNATURES, TranslationModule
 from keras_transformer.export.warmup import (
     DEFAULT_WARMUP_SENTENCES,
     read_warmup_requests,
@@ -50,7 +50,7 @@ __all__ = [
     "ExportResult",
     "OpsReport",
     "ServingModule",
-    "Translator",
+    "TranslationModule",
     "assert_servable_ops",
     "check_saved_model_ops",
     "export_saved_model",

@@ -1,4 +1,4 @@
-"""Versioned, atomic SavedModel export of a `Translator` for TF Serving.
+"""Versioned, atomic SavedModel export of a `TranslationModule` for TF Serving.
 
 Layout (what TF Serving's file system source expects, one integer directory per version):
 
@@ -49,7 +49,7 @@ class ServingModule(tf.Module):
     """The root object of an exported translator.
 
     Attributes (also on the loaded SavedModel):
-        translator: the `Translator` (its model's variables, its tokenizer).
+        translator: the `TranslationModule` (its model's variables, its tokenizer).
         tokenizer_model: `tf.saved_model.Asset` of the SentencePiece model, copied to
             `assets/spm.model` (for clients of `translate_ids` that tokenize themselves;
             the in-graph tokenizer holds the same model in its op).
@@ -261,7 +261,7 @@ def export_saved_model(
     and the existing versions are untouched.
 
     Args:
-        translator: a `Translator`.
+        translator: a `TranslationModule`.
         export_dir: root of all exported models.
         name: the model name (TF Serving's `MODEL_NAME`), a directory name.
         version: an integer version; default: the highest existing version + 1 (1 for the

@@ -1,9 +1,9 @@
-"""`Translator`: the in-graph text-in, text-out translation module that is exported.
+"""`TranslationModule`: the in-graph text-in, text-out translation module that is exported.
 
 Shape letters: B batch, S source length (padded), T target length, L output buffer length,
 V vocabulary size.
 
-The same `tf.function`s run when Python code calls a `Translator` and when TF Serving
+The same `tf.function`s run when Python code calls a `TranslationModule` and when TF Serving
 answers a request to the exported SavedModel, so both give identical results:
 
 * `translate(text)`: tf.string `(B,)` -> `{"translation": tf.string (B,), "score": float32 (B,)}`.
@@ -41,7 +41,7 @@ SOURCE_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 
-# Signature name -> the Translator method it serves. `serving_default` is `translate`.
+# Signature name -> the TranslationModule method it serves. `serving_default` is `translate`.
 SIGNATURES = {
     "serving_default": "translate",
     "translate": "translate",
@@ -62,7 +62,7 @@ def _check_shape(tensor, spec):
     return tf.ensure_shape(tensor, spec.shape, name=f"check_{spec.name}_shape")
 
 
-class Translator(tf.Module):
+class TranslationModule(tf.Module):
     """Beam-search translation with in-graph SentencePiece, as a `tf.Module` to export.
 
     Holds the model (so its variables are tracked and saved) and the tokenizer (its
@@ -89,7 +89,7 @@ class Translator(tf.Module):
 
     >>> from keras_transformer.runs import load_run
     >>> model, tokenizer, config = load_run("runs/builtin_tiny")  # doctest: +SKIP
-    >>> translator = Translator(model, tokenizer, beam_size=4)  # doctest: +SKIP
+    >>> translator = TranslationModule(model, tokenizer, beam_size=4)  # doctest: +SKIP
     >>> translator.translate(["twenty one"])["translation"]  # doctest: +SKIP
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'einundzwanzig'], dtype=object)>
     """
@@ -147,7 +147,7 @@ class Translator(tf.Module):
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, average_last=None, **settings):
-        """A `Translator` for a run directory written by `experiments/train.py`.
+        """A `TranslationModule` for a run directory written by `experiments/train.py`.
 
         Args:
             model_dir: the run directory (`config.json`, `spm.model`, `checkpoints/`).

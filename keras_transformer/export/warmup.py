@@ -73,7 +73,7 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
     sentence (the most common request).
 
     Args:
-        translator: the exported `Translator` (encodes the ids of `translate_ids`).
+        translator: the exported `TranslationModule` (encodes the ids of `translate_ids`).
         model_name: the model name TF Serving serves the export under.
         sentences: source texts (str or bytes).
 

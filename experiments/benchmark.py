@@ -14,15 +14,23 @@ under the same dtype policy (--precision) and with our dropout placement
       peak for the compute dtype (CPU: cores x FMA units x SIMD lanes x 2 x clock, read
       from the machine and printed with its inputs; GPU: the published dense peak);
   c2. the same FLOP/s as a fraction of the float32 matmul rate measured in this run;
-  d. with --model_dir (a run trained on Multi30k): cached beam 4 versus recomputing the
+  d. with --model_dir (a run trained on Multi30k; search settings from its config, paper:
+     beam 4, alpha 0.6, offset 50): cached beam search versus recomputing the
      prefix every step, on the same test sentences, in graph mode and compiled with XLA
      (there the baseline re-runs its whole static output buffer); and the exported
-     SavedModel translating the whole test_2016_flickr split with beam 4 (seconds, after
+     SavedModel translating the whole test_2016_flickr split with them (seconds, after
      one warm-up batch);
   e. with --model_dir and --ctranslate2: the same weights on the same test sentences with
-     beam 4 and alpha 0.6, timed in one run: our SavedModel, our in-process search,
+     the run's beam size and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
      engine applies its own length penalty, see docs/ctranslate2.md).
+  f. with --attention_scaling: one encoder layer of the preset (forward + backward, batch 1)
+     at n = --scaling_lengths, full attention against --attention_window_scaling r, timed
+     alternately: milliseconds and peak memory per step, and their growth per doubling of n
+     (the paper's Table 1: O(n^2) full, O(r n) windowed). Its own table and plot:
+
+    python experiments/benchmark.py --notraining --attention_scaling \
+        --scaling_plot=docs/images/attention_scaling_cpu.png
 """
 
 import os
@@ -32,14 +40,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 import tempfile
 from pathlib import Path
 
-import keras
-import tensorflow as tf
 from absl import app, flags
 
-from keras_transformer import cli
+from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
+from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
 from keras_transformer.benchmark.report import format_table, plot_ratios
 from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece
+
+import keras  # noqa: E402,I001  (after keras_transformer, see above)
+import tensorflow as tf  # noqa: E402,I001
 
 cli.define_config_flags("small")
 flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: download).")
@@ -56,7 +66,7 @@ flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
 flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
 flags.DEFINE_integer("saved_model_sentences", None, "Row d: translate only this many test sentences with the SavedModel (default: all).")
-flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only row d).")
+flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only rows d-f).")
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it).")
 
@@ -65,13 +75,23 @@ flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many 
 flags.DEFINE_integer("threads", None, "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
                      "TensorFlow's own; CTranslate2 2).")
 
+flags.DEFINE_bool("attention_scaling", False, "Row f: one encoder layer's cost against n, full vs windowed attention.")
+flags.DEFINE_list("scaling_lengths", ["128", "512", "2048", "8192"], "Row f: sequence lengths n.")
+flags.register_validator(
+    "scaling_lengths", lambda values: all(value.isdigit() and int(value) > 0 for value in values),
+    "--scaling_lengths takes positive integers, e.g. 128,512,2048.")
+flags.DEFINE_integer("scaling_window", 64, lower_bound=1, help="Row f: the window r of the windowed layer.")
+flags.DEFINE_bool("scaling_memory", True, "Row f: also measure peak memory (a fresh process per point).")
+flags.DEFINE_string("scaling_plot", None, "Row f: write time and memory against n as a PNG.")
+
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    if not FLAGS.training and not FLAGS.model_dir:
-        raise app.UsageError("--notraining leaves only row d, which needs --model_dir.")
+    if not FLAGS.training and not FLAGS.model_dir and not FLAGS.attention_scaling:
+        raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e) or --attention_scaling (f).")
+    lengths = [int(value) for value in FLAGS.scaling_lengths]
     if FLAGS.threads:  # before TensorFlow runs anything
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
@@ -99,10 +119,24 @@ def main(argv):
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
                                          threads=FLAGS.threads or 2))
 
-    print()
-    print(format_table(rows))
-    print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
-    if FLAGS.plot:
+    if rows:
+        print()
+        print(format_table(rows))
+        print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
+    if FLAGS.attention_scaling:
+        config = cli.config_from_flags()
+        print(f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
+              f"d_ff {config.intermediate_dim}, dropout {config.dropout}), forward + backward, batch 1")
+        points = attention_scaling(
+            lengths, FLAGS.scaling_window, rounds=FLAGS.rounds, memory=FLAGS.scaling_memory,
+            hidden_dim=config.hidden_dim, num_heads=config.num_heads, intermediate_dim=config.intermediate_dim,
+            dropout=config.dropout, jit_compile=FLAGS.jit_compile,
+        )
+        print(format_scaling_table(points, FLAGS.scaling_window))
+        if FLAGS.scaling_plot:
+            plot_scaling(points, FLAGS.scaling_window, FLAGS.scaling_plot)
+            print(f"plot: {FLAGS.scaling_plot}")
+    if FLAGS.plot and rows:
         plot_ratios(rows, FLAGS.plot)
         print(f"plot: {FLAGS.plot}")
     print(f"machine: {tf.config.list_physical_devices()} ; precision {FLAGS.precision} ; jit_compile {FLAGS.jit_compile}")

@@ -22,10 +22,7 @@ from keras_transformer.benchmark.decoding import benchmark_decoding, format_spee
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_corpus_flags(split="test")
 flags.DEFINE_integer("num_sentences", 128, "Sentences decoded by each configuration.")
-flags.DEFINE_integer("batch_size", 32, "Sentences per search call.")
-flags.DEFINE_integer("beam_size", 4, "Beam width.")
-flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the run config's).")
-flags.DEFINE_integer("max_output_offset", None, "At most source length + this many tokens (default: the config's).")
+cli.define_search_flags(batch_size=32, method=False)  # beam settings; unset: the run config's
 flags.DEFINE_integer("repeats", 1, "Timed passes over the sentences per configuration (mean time).")
 flags.DEFINE_list("methods", ["greedy", "beam"], "Searches to time.")
 flags.DEFINE_bool("jit_compile", False, "Compile every search with XLA (compilation is not timed).")
@@ -37,26 +34,25 @@ def main(argv):
     del argv
 
     model, tokenizer, config = load_run(FLAGS.model_dir)
+    options = cli.search_options(config, method="beam")  # greedy takes its offset
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)
     texts = [source for source, _ in pairs[: FLAGS.num_sentences]]
-    length_penalty = config.length_penalty if FLAGS.length_penalty is None else FLAGS.length_penalty
-    max_output_offset = config.max_output_offset if FLAGS.max_output_offset is None else FLAGS.max_output_offset
     results = benchmark_decoding(
         model,
         tokenizer,
         texts,
-        beam_size=FLAGS.beam_size,
+        beam_size=options.beam_size,
         batch_size=FLAGS.batch_size,
         repeats=FLAGS.repeats,
         methods=FLAGS.methods,
-        length_penalty=length_penalty,
-        max_output_offset=max_output_offset,
+        length_penalty=options.length_penalty,
+        max_output_offset=options.max_output_offset,
         jit_compile=FLAGS.jit_compile,
     )
     print(
         f"{len(texts)} sentences of {FLAGS.dataset}/{FLAGS.split}, batch {FLAGS.batch_size}, "
-        f"length penalty {length_penalty}, max output = source length + {max_output_offset}, "
-        f"XLA {'on' if FLAGS.jit_compile else 'off'}"
+        f"beam {options.beam_size}, length penalty {options.length_penalty}, "
+        f"max output = source length + {options.max_output_offset}, XLA {'on' if FLAGS.jit_compile else 'off'}"
     )
     print(format_speed_table(results))
 

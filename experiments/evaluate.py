@@ -22,6 +22,7 @@ from absl import app, flags
 from keras_transformer import cli
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
+from keras_transformer.runs import read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string(
@@ -46,8 +47,7 @@ def main(argv):
     given = [f"--{name}" for name in model_flags if FLAGS[name].present]
     if FLAGS.saved_model and given:
         raise app.UsageError(f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}.")
-    if FLAGS.method != "beam" and (FLAGS.beam_size is not None or FLAGS.length_penalty is not None):
-        raise app.UsageError("--beam_size and --length_penalty apply to --method=beam only.")
+    options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files)
     if FLAGS.max_sentences:
@@ -58,10 +58,8 @@ def main(argv):
             FLAGS.model_dir,
             dataset=FLAGS.dataset,
             split=FLAGS.split,
-            method=FLAGS.method,
-            beam_size=FLAGS.beam_size,
-            length_penalty=FLAGS.length_penalty,
-            max_output_offset=FLAGS.max_output_offset,
+            method=options.method,
+            **options.kwargs(),
             checkpoint=FLAGS.checkpoint,
             average_last=FLAGS.average_last,
             batch_size=FLAGS.batch_size,

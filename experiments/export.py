@@ -4,13 +4,14 @@ r"""Export a trained run as a SavedModel for TF Serving (text in, text out), or 
 
 writes `saved_models/numbers/<next version>/` (see docs/serving.md), then prints the path,
 the signatures and a translation made by the exported model, loaded back from disk.
-Decoding settings are fixed in the export: beam size, length penalty, output length.
+Decoding settings are fixed in the export: beam size, length penalty, output length (the
+run config's unless --beam_size, --length_penalty, --max_output_offset are given).
 
     python experiments/export.py --model_dir=runs/builtin_tiny --format=ctranslate2 --quantization=int8
 
 writes the CTranslate2 model directory `ctranslate2_models/builtin_tiny/` (see
-docs/ctranslate2.md) and prints a translation made with it (beam
---beam_size, no length penalty). Its decoding settings are chosen when translating.
+docs/ctranslate2.md) and prints a translation made with it (the run config's beam size and
+offset unless given, no length penalty). Its decoding settings are chosen when translating.
 """
 
 import os
@@ -20,10 +21,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 import sys
 from pathlib import Path
 
-import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_transformer import cli
+from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.export import (
     DEFAULT_WARMUP_SENTENCES,
     TranslationModule,
@@ -33,6 +33,8 @@ from keras_transformer.export import (
     validation_sample,
 )
 from keras_transformer.runs import TOKENIZER_FILE, read_run_config
+
+import tensorflow as tf  # noqa: E402,I001  (after keras_transformer, see above)
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
@@ -47,13 +49,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
 flags.DEFINE_integer("version", None, "Version number (default: the highest existing + 1). An existing version is refused.")
-flags.DEFINE_integer("beam_size", 4, "Beam size K (SavedModel: the run config's unless given).")
-flags.DEFINE_float(
-    "length_penalty", 0.6, "alpha of the GNMT length penalty ((5 + |Y|) / 6)^alpha (SavedModel: the run config's unless given)."
-)
-flags.DEFINE_integer(
-    "max_output_offset", 50, "A translation has at most source length + this many tokens (SavedModel: the run config's unless given)."
-)
+cli.define_search_flags(batch_size=None, method=False)  # beam search; unset: the run config's
 flags.DEFINE_integer(
     "max_output_length",
     None,
@@ -81,16 +77,18 @@ def main(argv):
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("Pass --checkpoint or --average_last, not both.")
     export_dir = FLAGS.export_dir or DEFAULT_EXPORT_DIRS[FLAGS.format]
+    options = cli.search_options(read_run_config(FLAGS.model_dir)[0], method="beam")
     if FLAGS.format == "ctranslate2":
-        export_for_ctranslate2(export_dir)
+        export_for_ctranslate2(export_dir, options)
         return
     progress(f"Loading {FLAGS.model_dir}")
     translator = TranslationModule.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,
-        # Search settings not given on the command line come from the run's config (SearchOptions).
-        **{name: FLAGS[name].value for name in ("beam_size", "length_penalty", "max_output_offset") if FLAGS[name].present},
+        beam_size=options.beam_size,
+        length_penalty=options.length_penalty,
+        max_output_offset=options.max_output_offset,
         max_output_length=FLAGS.max_output_length,
         max_source_length=FLAGS.max_source_length,
     )
@@ -135,8 +133,14 @@ def progress(line):
     print(f"... {line}", file=sys.stderr, flush=True)
 
 
-def export_for_ctranslate2(export_dir):
-    """`--format=ctranslate2`: write the model directory, translate the sample with it."""
+def export_for_ctranslate2(export_dir, options):
+    """`--format=ctranslate2`: write the model directory, translate the sample with it.
+
+    The sample is decoded with `options`' beam size and offset (the run config's unless
+    given) and no length penalty (CTranslate2's |Y|^alpha is not the GNMT penalty).
+    """
+    if FLAGS["length_penalty"].present:
+        raise app.UsageError("--length_penalty applies to --format=saved_model (the CTranslate2 sample uses none).")
     import ctranslate2
 
     from keras_transformer.data.tokenizer import Tokenizer
@@ -165,9 +169,8 @@ def export_for_ctranslate2(export_dir):
         translator,
         tokenizer,
         [sample],
-        beam_size=FLAGS.beam_size,
-        length_penalty=0.0,
-        max_output_offset=FLAGS.max_output_offset,
+        beam_size=options.beam_size,
+        max_output_offset=options.max_output_offset,  # and translate_ctranslate2's length_penalty=0
         max_source_length=FLAGS.max_source_length or config.max_length,
     )
     translation = tokenizer.detokenize([outputs[0]]).numpy()[0].decode("utf-8")

@@ -34,25 +34,24 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    options = cli.search_options(runs.read_run_config(FLAGS.model_dir)[0])
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)
     if FLAGS.max_sentences:
         pairs = pairs[: FLAGS.max_sentences]
     results = score_checkpoints(
         FLAGS.model_dir,
         pairs,
-        method=FLAGS.method,
+        method=options.method,
         batch_size=FLAGS.batch_size,
         lowercase=FLAGS.lowercase,
         tokenize=FLAGS.tokenize or default_tokenize(FLAGS.dataset),
         every=FLAGS.every,
-        beam_size=FLAGS.beam_size,
-        length_penalty=FLAGS.length_penalty,
-        max_output_offset=FLAGS.max_output_offset,
+        **options.kwargs(),
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
     start = results[0].wall_time
-    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {FLAGS.method} search")
+    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search")
     print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")
     for r in results:
         print(f"{r.step:>7d} {(r.wall_time - start) / 60:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")

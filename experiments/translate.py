@@ -23,18 +23,15 @@ from pathlib import Path
 from absl import app, flags
 
 from keras_transformer import cli
-from keras_transformer.runs import load_run
-from keras_transformer.decoding import Translator, decode_lines, search_options, translate_lines
+from keras_transformer.decoding import Translator, decode_lines, translate_lines
+from keras_transformer.runs import load_run, read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_checkpoint_flags()
 cli.define_search_flags()
+cli.define_sampling_flags()
 flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
 flags.DEFINE_string("output", None, "Translation file, one line per input line (default: stdout).")
-flags.DEFINE_float("temperature", None, "--method=sample: softmax temperature.")
-flags.DEFINE_integer("top_k", None, "--method=sample: keep the k most probable tokens (0: all).")
-flags.DEFINE_float("top_p", None, "--method=sample: nucleus probability mass (1.0: all).")
-flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).")
 flags.DEFINE_bool("scores", False, "Append a tab and the hypothesis score (log-probability) to each line.")
 flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
 
@@ -42,7 +39,7 @@ FLAGS = flags.FLAGS
 
 
 def read_lines(path):
-    """`(lines, name)`: the input lines (see `evaluation.decode_lines`) and a name for messages."""
+    """`(lines, name)`: the input lines (see `decoding.decode_lines`) and a name for messages."""
     if not path:
         return decode_lines(sys.stdin.buffer.read()), "<stdin>"
     try:
@@ -55,22 +52,9 @@ def read_lines(path):
 def main(argv):
     del argv
     (lines, replaced), name = read_lines(FLAGS.input)  # before the model: a bad --input fails at once
-    model, tokenizer, config = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
-    try:
-        options = search_options(
-            config,
-            FLAGS.method,
-            beam_size=FLAGS.beam_size,
-            length_penalty=FLAGS.length_penalty,
-            max_output_offset=FLAGS.max_output_offset,
-            temperature=FLAGS.temperature,
-            top_k=FLAGS.top_k,
-            top_p=FLAGS.top_p,
-            seed=FLAGS.seed,
-        )
-    except ValueError as err:
-        raise app.UsageError(str(err)) from err
-    translator = Translator(model, tokenizer, FLAGS.method, batch_size=FLAGS.batch_size, **options)
+    options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
+    model, tokenizer, _ = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
+    translator = Translator(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
     warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
     limit = translator.max_source_length
     for index, pieces in translator.cut_sources(lines):

@@ -18,7 +18,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryErro
                PermissionError, TimeoutError, RuntimeError)
 
 from keras_transformer.data.sources import DATASETS, SPLITS
-from keras_transformer.decoding.options import METHODS
+from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
 
 
@@ -54,14 +54,61 @@ def define_checkpoint_flags():
     flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
 
 
-def define_search_flags(batch_size=64):
+def define_search_flags(batch_size=64, method=True, flag_values=flags.FLAGS):
     """`--method`, `--beam_size`, `--length_penalty`, `--max_output_offset` (default: the
-    run config's values, the paper's 4 / 0.6 / 50) and `--batch_size`."""
-    flags.DEFINE_enum("method", "beam", list(METHODS), "Search method.")
-    flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).")
-    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).")
-    flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).")
-    flags.DEFINE_integer("batch_size", batch_size, "Sentences translated together (grouped by length).")
+    run config's values, the paper's 4 / 0.6 / 50) and `--batch_size`.
+
+    Args:
+        batch_size: the default of `--batch_size`; None defines no `--batch_size`.
+        method: define `--method` (a script that only runs beam search passes False).
+        flag_values: where to define them.
+    """
+    define = dict(flag_values=flag_values)
+    if method:
+        flags.DEFINE_enum("method", "beam", list(METHODS), "Search method.", **define)
+    flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).", **define)
+    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).", **define)
+    flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).", **define)
+    if batch_size is not None:
+        flags.DEFINE_integer("batch_size", batch_size, "Sentences translated together (grouped by length).", **define)
+
+
+def define_sampling_flags(flag_values=flags.FLAGS):
+    """`--temperature`, `--top_k`, `--top_p`, `--seed`: the settings of `--method=sample`."""
+    define = dict(flag_values=flag_values)
+    flags.DEFINE_float("temperature", None, "--method=sample: softmax temperature.", **define)
+    flags.DEFINE_integer("top_k", None, "--method=sample: keep the k most probable tokens (0: all).", **define)
+    flags.DEFINE_float("top_p", None, "--method=sample: nucleus probability mass (1.0: all).", **define)
+    flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).", **define)
+
+
+SEARCH_FLAGS = ("beam_size", "length_penalty", "max_output_offset", "temperature", "top_k", "top_p", "seed")
+"""The flags of `define_search_flags` and `define_sampling_flags` that are `SearchOptions` fields."""
+
+
+def search_options(config, flag_values=flags.FLAGS, method=None):
+    """A script's `SearchOptions`: the run config's settings, overridden by the search flags given.
+
+    `SearchOptions.from_config(config, method, **flags)`, reading the `SEARCH_FLAGS` the
+    script defines (unset ones are None and keep the config's value; a script calling this
+    uses `--seed` only as the sampling seed). Every script that searches resolves its
+    settings here.
+
+    Args:
+        config: the run's `TransformerConfig` (`runs.read_run_config`).
+        flag_values: the parsed flags.
+        method: the search method (default: `--method`, else "beam").
+
+    Raises:
+        app.UsageError: naming a bad or inapplicable setting.
+    """
+    if method is None:
+        method = flag_values["method"].value if "method" in flag_values else "beam"
+    overrides = {name: flag_values[name].value for name in SEARCH_FLAGS if name in flag_values}
+    try:
+        return SearchOptions.from_config(config, method, **overrides)
+    except ValueError as err:
+        raise app.UsageError(str(err)) from err
 
 
 def define_scoring_flags():

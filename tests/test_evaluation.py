@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer.decoding import Translator, decode_lines, search_options, translate_in_batches, translate_lines
+from keras_transformer.decoding import Translator, decode_lines, translate_in_batches, translate_lines
 from keras_transformer.evaluation import (
     DecodingSpeed,
     corpus_bleu,
@@ -19,7 +19,6 @@ from keras_transformer.evaluation import (
     format_speed_table,
     score_corpus,
 )
-from keras_transformer.models.config import get_preset
 
 HYPOTHESES = [
     "The cat sat on the mat.",
@@ -136,23 +135,6 @@ def test_decode_lines_replaces_invalid_utf8_as_the_saved_model_does():
     # The same replacement as Python's (which the SavedModel tests compare against).
     assert lines[1] == b"two \xff\xfe three \xc3".decode("utf-8", errors="replace")
     assert decode_lines(b"") == ([], []) and decode_lines(b"\n") == ([""], [])
-
-
-def test_search_options():
-    config = get_preset("tiny", beam_size=6, length_penalty=1.0, max_output_offset=10)
-    assert search_options(config, "beam") == {"beam_size": 6, "length_penalty": 1.0, "max_output_offset": 10}
-    assert search_options(config, "beam", beam_size=2, top_k=None) == {
-        "beam_size": 2,
-        "length_penalty": 1.0,
-        "max_output_offset": 10,
-    }
-    assert search_options(config, "sample", temperature=0.5, seed=3) == {
-        "max_output_offset": 10,
-        "temperature": 0.5,
-        "seed": 3,
-    }
-    with pytest.raises(ValueError, match="beam_size does not apply to method='greedy'"):
-        search_options(config, "greedy", beam_size=4)
 
 
 def test_format_speed_table():

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.decoding.searcher import make_search_fn
+from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.text import encode_source
 
 
@@ -70,11 +71,6 @@ def source_batches(tokenizer, texts, batch_size, max_source_length, width_multip
     return batches
 
 
-def _best(token_ids):
-    token_ids = np.asarray(token_ids)
-    return token_ids[:, 0] if token_ids.ndim == 3 else token_ids  # (B, L)
-
-
 def time_search(model, batches, method, use_cache, name=None, repeats=1, jit_compile=False, **options):
     """Decode every batch with one search configuration; returns a `DecodingSpeed`.
 
@@ -91,12 +87,13 @@ def time_search(model, batches, method, use_cache, name=None, repeats=1, jit_com
     times = []
     for repeat in range(repeats):
         start = time.perf_counter()
-        results = [search_fn(source_ids)["token_ids"] for source_ids in batches]
-        results = [token_ids.numpy() for token_ids in results]
+        results = [search_fn(source_ids) for source_ids in batches]
+        results = [(result["token_ids"].numpy(), result["scores"].numpy()) for result in results]
         times.append(time.perf_counter() - start)
         if repeat == 0:
-            for token_ids in results:
-                outputs.extend(row[row != PAD_ID] for row in _best(token_ids))
+            for token_ids, scores in results:
+                best, _ = best_hypotheses(token_ids, scores)  # (B, L)
+                outputs.extend(row[row != PAD_ID] for row in best)
     seconds = min(times)
     tokens = int(sum(len(row) for row in outputs))
     return DecodingSpeed(
@@ -108,7 +105,7 @@ def benchmark_decoding(
     model,
     tokenizer,
     texts,
-    beam_size=4,
+    beam_size=None,
     batch_size=32,
     repeats=1,
     methods=("greedy", "beam"),
@@ -121,7 +118,7 @@ def benchmark_decoding(
         model: a trained `Transformer`.
         tokenizer: its tokenizer.
         texts: source sentences (the same for every configuration).
-        beam_size: beam width of "beam".
+        beam_size: beam width of "beam" (default: the model config's).
         batch_size: sentences per search call.
         repeats: decode the inputs this many times per configuration (the fastest pass
             counts).
@@ -129,7 +126,8 @@ def benchmark_decoding(
         jit_compile: compile every search with XLA. Source batches are then padded to
             widths that are multiples of 8, and the recompute baseline decodes its whole
             output buffer every step (XLA needs static shapes; see `RecomputeStep`).
-        **options: further search options (`max_output_offset`, `length_penalty`, ...).
+        **options: further search options (`max_output_offset`, `length_penalty`, ...);
+            unset ones (and None) are the model config's (`SearchOptions.from_config`).
 
     Returns:
         a list of `DecodingSpeed`: for each method, cached then recompute.
@@ -140,16 +138,12 @@ def benchmark_decoding(
     texts = list(texts)
     if not texts:
         raise ValueError("No sentences to decode")
+    search = SearchOptions.from_config(model.config, "beam", beam_size=beam_size, **options)
     batches = source_batches(tokenizer, texts, batch_size, model.config.max_length, 8 if jit_compile else 1)
     results = []
     for method in methods:
-        method_options = dict(options)
-        name = method
-        if method == "beam":
-            method_options["beam_size"] = beam_size
-            name = f"beam{beam_size}"
-        else:
-            method_options.pop("length_penalty", None)
+        method_options = search.with_method(method).kwargs()
+        name = f"beam{search.beam_size}" if method == "beam" else method
         for use_cache in (True, False):
             results.append(
                 time_search(

@@ -18,6 +18,7 @@ from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.timing import compare_steps, make_train_step
 from keras_transformer.data.pipeline import make_dataset
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.runs import load_run
 
@@ -103,20 +104,21 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
     from keras_transformer.decoding.translator import SavedModelTranslator
     from keras_transformer.export import TranslationModule, export_saved_model
 
-    model, tokenizer, _ = load_run(model_dir)
+    model, tokenizer, config = load_run(model_dir)
+    beam = SearchOptions.from_config(config, "beam")  # the run's settings (paper: beam 4, alpha 0.6, offset 50)
     rows = []
     # Graph mode drops finished sentences from the working set; XLA keeps static shapes, so
     # there the recompute baseline re-runs the decoder over its whole output buffer.
     for jit_compile, mode in ((False, "graph"), (True, "XLA")):
         cached, recompute = benchmark_decoding(
-            model, tokenizer, sources[: decode_sentences], beam_size=4, methods=("beam",),
-            jit_compile=jit_compile,
+            model, tokenizer, sources[: decode_sentences], methods=("beam",), jit_compile=jit_compile,
+            **beam.kwargs(),
         )
-        rows.append(Row(f"d. beam 4 sentences/s, cached vs recompute, {mode}", cached.sentences_per_second,
+        rows.append(Row(f"d. beam {beam.beam_size} sentences/s, cached vs recompute, {mode}", cached.sentences_per_second,
                      recompute.sentences_per_second, recompute.seconds / cached.seconds, 10.0))
     sources = sources[: saved_model_sentences] if saved_model_sentences else sources
     with tempfile.TemporaryDirectory() as export_dir:
-        result = export_saved_model(TranslationModule(model, tokenizer, beam_size=4), export_dir, name="benchmark",
+        result = export_saved_model(TranslationModule(model, tokenizer, **beam.kwargs()), export_dir, name="benchmark",
                                     verify=False, check_ops=False)
         translate = SavedModelTranslator(str(result.path), batch_size=64)
         translate(sources[:64])  # warm-up (the first call loads the graph)
@@ -124,11 +126,11 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
         translate(sources)
         seconds = time.perf_counter() - start
     # Inverted so that "ratio >= target" reads as "within the time budget".
-    rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam 4 (s)", seconds, 20.0, 20.0 / seconds, 1.0))
+    rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam {beam.beam_size} (s)", seconds, 20.0, 20.0 / seconds, 1.0))
     return rows
 
 
-def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=2, batch_size=64, tokenize="13a",
+def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, threads=2, batch_size=64, tokenize="13a",
                      log=print):
     """Row e: the same weights and sentences decoded four ways, timed in one run.
 
@@ -143,7 +145,8 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
     Args:
         model_dir: a trained run directory.
         pairs: `(source, reference)` pairs (the test split).
-        beam_size, length_penalty: the search.
+        beam_size, length_penalty: the search (None: the run config's, `SearchOptions.from_config`);
+            every engine also takes the config's `max_output_offset`.
         threads: CTranslate2's intra-op threads.
         batch_size: sentences per batch, for every engine.
         tokenize: sacreBLEU tokenizer of the BLEU column.
@@ -163,6 +166,8 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
     model, tokenizer, config = load_run(model_dir)
+    search = SearchOptions.from_config(config, "beam", beam_size=beam_size, length_penalty=length_penalty).kwargs()
+    beam_size, length_penalty = search["beam_size"], search["length_penalty"]
     pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)  # source_batches' order
     sources, references = [source for source, _ in pairs], [reference for _, reference in pairs]
 
@@ -171,8 +176,8 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
 
     results = {}  # engine -> (seconds, translations)
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(TranslationModule(model, tokenizer, beam_size=beam_size, length_penalty=length_penalty),
-                                      workdir, name="benchmark", verify=False, check_ops=False)
+        exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="benchmark",
+                                      verify=False, check_ops=False)
         saved_model = SavedModelTranslator(str(exported.path), batch_size=batch_size)
         saved_model(sources[:batch_size])  # warm-up (the first call loads the graph)
         start = time.perf_counter()
@@ -180,14 +185,13 @@ def ctranslate2_rows(model_dir, pairs, beam_size=4, length_penalty=0.6, threads=
         results["SavedModel"] = (time.perf_counter() - start, translations)
 
         batches = source_batches(tokenizer, sources, batch_size, config.max_length)
-        speed = time_search(model, batches, "beam", use_cache=True, beam_size=beam_size, length_penalty=length_penalty)
+        speed = time_search(model, batches, "beam", use_cache=True, **search)
         results["in-process search"] = (speed.seconds, detokenize(speed.outputs))
 
         for quantization in ("float32", "int8"):
             path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization)
             translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
-            options = dict(beam_size=beam_size, length_penalty=length_penalty, max_source_length=config.max_length,
-                           max_batch_size=batch_size)
+            options = dict(search, max_source_length=config.max_length, max_batch_size=batch_size)
             translate_ctranslate2(translator, tokenizer, sources[:batch_size], **options)  # warm-up
             start = time.perf_counter()
             outputs, _ = translate_ctranslate2(translator, tokenizer, sources, **options)

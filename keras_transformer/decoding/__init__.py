@@ -27,7 +27,6 @@ from keras_transformer.decoding.translator import (
     Translator,
     decode_lines,
     resolve_saved_model,
-    search_options,
     translate_in_batches,
     translate_lines,
 )
@@ -57,7 +56,6 @@ __all__ = [
     "recompute_greedy_search",
     "resolve_saved_model",
     "sample",
-    "search_options",
     "translate_in_batches",
     "translate_lines",
 ]

@@ -114,6 +114,20 @@ class SearchOptions:
         }
         return cls(method=method, **{**settings, **given})
 
+    def with_method(self, method):
+        """These settings for another method: the same beam size, α and offset, and the
+        optional settings `method` does not take dropped.
+
+        Example:
+
+        >>> beam = SearchOptions(beam_size=6, num_return=2, max_length=20)
+        >>> beam.with_method("greedy").kwargs()
+        {'max_output_offset': 50, 'max_length': 20}
+        """
+        check_method(method)
+        dropped = {name: None for name in _OPTIONAL if name not in SEARCH_OPTIONS[method]}
+        return dataclasses.replace(self, method=method, **dropped)
+
     def kwargs(self):
         """The keyword arguments of this method's search function (`make_search_fn(model, method, **kwargs)`)."""
         names = SEARCH_OPTIONS[self.method]

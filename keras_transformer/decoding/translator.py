@@ -12,25 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
-
-def search_options(config, method="beam", **overrides):
-    """The run config's search settings for `method`, updated with the options given.
-
-    `SearchOptions.from_config(config, method, **overrides).kwargs()`: options that are
-    `None` are ignored (so absl flags without a value keep the config's settings); an
-    option the method does not take raises a ValueError.
-
-    Example:
-
-    >>> from keras_transformer import get_preset
-    >>> search_options(get_preset("base"), "beam", beam_size=8, length_penalty=None)
-    {'beam_size': 8, 'length_penalty': 0.6, 'max_output_offset': 50}
-    >>> search_options(get_preset("base"), "sample", top_k=10, beam_size=None)
-    {'max_output_offset': 50, 'top_k': 10}
-    """
-    return SearchOptions.from_config(config, method, **overrides).kwargs()
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 from keras_transformer.layers.checks import check_positive_int
 
@@ -132,7 +114,7 @@ class Translator:
         jit_compile: compile the search with XLA.
         **options: keyword arguments of the search (`beam_size`, `length_penalty`,
             `max_output_offset`, `temperature`, `top_k`, `top_p`, `seed`, ...); see
-            `search_options` for the run config's settings.
+            `SearchOptions.from_config` for the run config's settings.
 
     Call arguments:
         texts: a list of source sentences.

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from keras_transformer import runs
 from keras_transformer.evaluation.bleu import score_corpus
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.translator import SavedModelTranslator, Translator
-from keras_transformer.decoding.translator import search_options as make_search_options
 
 
 def default_tokenize(dataset):
@@ -139,14 +139,14 @@ def evaluate_run(
     chrF2 = 99.01 nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0
     """
     model, tokenizer, config = runs.load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
-    options = make_search_options(
+    options = SearchOptions.from_config(
         config,
         method,
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_output_offset=max_output_offset,
         **search_options,
-    )
+    ).kwargs()
     if pairs is None:
         pairs = _load_split(dataset, split, src_lang, tgt_lang, data_dir, files, max_sentences)
     elif max_sentences:
@@ -231,7 +231,7 @@ def score_checkpoints(
     timestamps = runs.checkpoint_times(runs.checkpoint_dir(model_dir), paths)
     chosen = [i for i in range(len(paths)) if i % every == (len(paths) - 1) % every]
     model, tokenizer, config = runs.load_run(model_dir, checkpoint=paths[chosen[0]])
-    translator = Translator(model, tokenizer, method, batch_size=batch_size, **make_search_options(config, method, **search_options))
+    translator = Translator(model, tokenizer, method, batch_size=batch_size, **SearchOptions.from_config(config, method, **search_options).kwargs())
     pairs = list(pairs)
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]

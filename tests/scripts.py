@@ -27,8 +27,9 @@ def script_environment(**extra):
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **extra}
 
 
-def run_script(name, *args, stdin=None, check=True, timeout=900):
-    """Run `experiments/<name>` with `args`; returns the `CompletedProcess` (text output).
+def run_script(name, *args, stdin=None, check=True, timeout=900, env=None):
+    """Run `experiments/<name>` with `args` (in `env`, default `script_environment()`); returns the
+    `CompletedProcess` (text output).
 
     With `check`, a non-zero exit fails the test, showing the end of both streams.
     """
@@ -40,7 +41,7 @@ def run_script(name, *args, stdin=None, check=True, timeout=900):
         encoding="utf-8",
         timeout=timeout,
         cwd=REPO,
-        env=script_environment(),
+        env=env or script_environment(),
     )
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

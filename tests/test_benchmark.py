@@ -15,6 +15,7 @@ from keras_transformer.benchmark import (
     keras_hub_transformer,
     training_flops,
 )
+from keras_transformer.benchmark.attention_scaling import ScalingPoint, format_scaling_table, peak_bytes
 from keras_transformer.benchmark.peers import attention_layers
 from tests.scripts import run_script
 
@@ -186,7 +187,38 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
     assert "e. SavedModel vs CTranslate2 float32, sentences/s" in result.stdout
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
     result = run_script("benchmark.py", "--notraining", check=False)
-    assert result.returncode != 0 and "needs --model_dir" in result.stderr
+    assert result.returncode != 0 and "give --model_dir (d, e) or --attention_scaling (f)" in result.stderr
+
+
+def test_attention_scaling_row(tmp_path):
+    """Row f's code at two tiny lengths (no timing claims): the table, its growth column and the plot."""
+    result = run_script(
+        "benchmark.py", "--notraining", "--attention_scaling", "--scaling_lengths=16,64", "--scaling_window=4",
+        "--preset=tiny", "--hidden_dim=16", "--num_heads=2", "--intermediate_dim=32", "--rounds=1",
+        "--noscaling_memory", f"--scaling_plot={tmp_path / 'scaling.png'}",
+    )
+    assert "f. one encoder layer of preset tiny (d_model 16, 2 heads, d_ff 32, dropout 0.1)" in result.stdout
+    table = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| n | full: ms (growth per doubling) | r = 4: ms")
+    assert [row.split(" | ")[0] for row in table[1:]] == ["| 16", "| 64"]
+    assert table[2].count("x)") == 2  # growth per doubling of the time, full and windowed
+    assert matplotlib.image.imread(tmp_path / "scaling.png").shape[2] in (3, 4)
+    result = run_script("benchmark.py", "--notraining", "--attention_scaling", "--scaling_lengths=16,x", check=False)
+    assert result.returncode != 0 and "--scaling_lengths takes positive integers" in result.stderr
+
+
+def test_peak_memory_of_one_step_in_a_fresh_process():
+    # 2 heads x 2,048^2 float32 scores are 32 MiB per copy; the window-4 layer holds 2 x 2,048 x 4 x 12 of them.
+    full = peak_bytes(2048, None, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    windowed = peak_bytes(2048, 4, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    assert full > 32 * 2**20 > windowed > 0
+
+
+def test_scaling_table_reports_growth_per_doubling():
+    points = [ScalingPoint(128, 0.01, 0.01, 2**20, 2**20), ScalingPoint(512, 0.16, 0.04, 16 * 2**20, 4 * 2**20)]
+    lines = format_scaling_table(points, 64).splitlines()
+    assert lines[3].split(" | ") == ["| 512", "160.0 ms (4.00x)", "40.0 ms (2.00x)", "16.0 MiB (4.00x)",
+                                     "4.0 MiB (2.00x)", "4.00x |"]
 
 
 def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts import REPO, run_script
+from tests.scripts import REPO, run_script, script_environment
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -39,7 +39,12 @@ def test_the_docs_document_commands():
 
 @pytest.mark.parametrize("script", sorted(FLAGS))
 def test_help_lists_every_documented_flag(script):
-    shown = run_script(script, "--help", check=False).stdout  # absl exits with 1 after --help
+    # The environment a user has: TensorFlow's log level unset, so the script picks its own.
+    user_environment = {k: v for k, v in script_environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = run_script(script, "--help", check=False, env=user_environment)  # absl exits with 1 after --help
+    noise = [line for line in result.stderr.splitlines() if "cuda" in line.lower() or "InitializeLog" in line]
+    assert not noise, f"`{script} --help` prints TensorFlow's start-up lines: {noise}"
+    shown = result.stdout
     listed = set(re.findall(r"^  --(?:\[no\])?([a-z][a-z0-9_]*)", shown, flags=re.MULTILINE))
     missing = {flag: where for flag, where in FLAGS[script].items()
                if flag not in listed and not (flag.startswith("no") and flag[2:] in listed)}

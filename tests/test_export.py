@@ -238,6 +238,44 @@ def test_ops_check_flags_python_and_custom_ops(tmp_path):
         assert_servable_ops(directory)
 
 
+@pytest.fixture(scope="module")
+def windowed_export(run_objects, tmp_path_factory):
+    """The trained weights with `attention_window=3`, exported once in this process (ops checked; the test
+    loads the copy instead of replaying warmup requests)."""
+    import dataclasses
+
+    from keras_transformer import Transformer
+
+    model, tokenizer, config = run_objects
+    windowed = Transformer(dataclasses.replace(config, attention_window=3))
+    windowed.set_weights(model.get_weights())
+    translator = TranslationModule(windowed, tokenizer, beam_size=4, length_penalty=0.6, max_output_offset=10)
+    result = export_saved_model(
+        translator, tmp_path_factory.mktemp("windowed"), "windowed", warmup_sentences=["twenty one"], verify=False
+    )
+    return windowed, tokenizer, translator, result
+
+
+def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(windowed_export, loader_python):
+    """A windowed decoder's ring-buffer cache passes the op allowlist of every loading runtime."""
+    from keras_transformer.decoding import recompute_beam_search
+
+    windowed, tokenizer, translator, result = windowed_export
+    python, runtime = loader_python
+    # The export checked the ops against this TensorFlow's registry before publishing.
+    report = result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    assert report.ok, report.summary()
+    if runtime != "exporting":
+        return
+    source_ids = encode_source(tokenizer, tf.constant(SENTENCES[:3]), translator.max_source_length)
+    outputs = tf.saved_model.load(str(result.path)).signatures["translate_ids"](source_ids=source_ids)
+    full_ids, full_scores = recompute_beam_search(
+        windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10, max_length=translator.max_output_length
+    )
+    np.testing.assert_array_equal(outputs["token_ids"], full_ids[:, 0])
+    np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
+
+
 # --- in-library references ---
 
 

@@ -191,7 +191,8 @@ def cached_logits(model, decode_step, max_length, cache_index=lambda index: inde
         logits, cache = result
         assert isinstance(cache, tuple) and len(cache) == TINY["num_decoder_layers"]
         assert set(cache[0]) == {"self", "cross"}
-        assert tuple(cache[0]["self"]["key"].shape) == (2, TINY["num_heads"], max_length, 8)
+        slots = min(model.config.attention_window or max_length, max_length)  # a ring of r slots with a window
+        assert tuple(cache[0]["self"]["key"].shape) == (2, TINY["num_heads"], slots, 8)
         steps.append(as_numpy(logits))
     return np.concatenate(steps, axis=1)
 

@@ -5,6 +5,7 @@ H heads, Dk key/query width per head, Dv value width per head.
 """
 
 import math
+import numbers
 
 import keras
 from keras import ops
@@ -54,6 +55,20 @@ def _write_positions(buffer, updates, start):
     )  # 3 x (B, H, Q)
     indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))  # (B * H * Q, 3)
     return ops.scatter_update(buffer, indices, ops.reshape(updates, (-1, shape[3])))  # rows (B * H * Q, D)
+
+
+def _ring_positions(slots, last):
+    """The position each slot of a ring buffer holds once positions `0 .. last` are written.
+
+    Position `p` lives in slot `p mod slots`, so slot `s` holds the latest `p <= last` with
+    `p mod slots == s`; a negative position marks a slot not written yet.
+
+    Returns:
+        int32 `(slots,)`.
+    """
+    last = ops.cast(last, "int32")
+    slot = ops.arange(slots, dtype="int32")
+    return last - ops.mod(last - slot + slots, slots)  # the argument stays >= 0 for last >= -1
 
 
 def _group_queries(queries, memory_rows):
@@ -231,7 +246,9 @@ class MultiHeadAttention(keras.layers.Layer):
       are written into the preallocated buffer at `cache_index`, and the queries attend
       over the written prefix `0 .. cache_index + Q - 1` (under XLA, which needs static
       shapes, over the whole buffer); `use_causal_mask=True` hides the slots after each
-      query.
+      query. With `attention_window=r` the buffer is a ring of `r` slots (see
+      `init_cache`): position `p` is written to slot `p mod r` and a query sees the
+      slots holding the last `r` positions, so the cache does not grow with the length.
     * without `cache_index` (encoder-decoder attention): the cache holds keys/values
       computed once by `compute_cache(encoder_outputs)` and is reused every step; the
       `value`/`key` arguments are ignored. The cache may have fewer rows than the query,
@@ -385,12 +402,60 @@ class MultiHeadAttention(keras.layers.Layer):
         }
 
     def init_cache(self, batch_size, max_length):
-        """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`."""
+        """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`.
+
+        With `attention_window=r` the buffer is a ring of `min(r, max_length)` slots (`r`
+        when `max_length` is a tensor), whatever the number of positions decoded.
+        """
+        slots = max_length
+        if self.attention_window:
+            slots = min(self.attention_window, max_length) if isinstance(max_length, numbers.Integral) else self.attention_window
         dtype = self.compute_dtype
         return {
-            "key": ops.zeros((batch_size, self.num_heads, max_length, self._key_dim), dtype=dtype),
-            "value": ops.zeros((batch_size, self.num_heads, max_length, self._value_dim), dtype=dtype),
+            "key": ops.zeros((batch_size, self.num_heads, slots, self._key_dim), dtype=dtype),
+            "value": ops.zeros((batch_size, self.num_heads, slots, self._value_dim), dtype=dtype),
         }
+
+    def _ring_step(self, cache, new_keys, new_values, start, query_length, attention_mask, causal):
+        """Cached windowed self-attention over a ring buffer of `S` slots (`init_cache`).
+
+        Position `p` lives in slot `p mod S`. One new position (`Q = 1`, static) is written
+        into its slot first and the query attends over the `S` slots. Several new positions
+        attend over the ring as it was plus the new keys (`S + Q`); the ring then keeps the
+        last `S` positions. Slots not written yet and positions outside the band are
+        masked; an `attention_mask` `(B|1, Q, L)` over absolute positions is gathered at
+        the positions the keys hold.
+
+        Returns:
+            `(keys, values, cache, mask)`: the keys/values to attend over, the new cache and
+            a bool `(B|1, Q, K)` mask.
+        """
+        slots = ops.shape(cache["key"])[2]
+        start = ops.cast(start, "int32")
+        query_positions = start + ops.arange(query_length, dtype="int32")  # (Q,)
+        if new_keys.shape[2] == 1:
+            slot = ops.mod(start, slots)
+            keys = _write_positions(cache["key"], new_keys, slot)  # (B, H, S, Dk)
+            values = _write_positions(cache["value"], new_values, slot)  # (B, H, S, Dv)
+            new_cache = {"key": keys, "value": values}
+            key_positions = _ring_positions(slots, start)  # (S,)
+        else:
+            keys = ops.concatenate([cache["key"], new_keys], axis=2)  # (B, H, S + Q, Dk)
+            values = ops.concatenate([cache["value"], new_values], axis=2)  # (B, H, S + Q, Dv)
+            key_positions = ops.concatenate([_ring_positions(slots, start - 1), query_positions])  # (S + Q,)
+            kept = _ring_positions(slots, start + query_length - 1)  # (S,) positions after the write
+            taken = ops.where(kept >= start, slots + kept - start, ops.arange(slots, dtype="int32"))  # into keys
+            new_cache = {"key": ops.take(keys, taken, axis=2), "value": ops.take(values, taken, axis=2)}
+        distance = query_positions[:, None] - key_positions[None, :]  # (Q, K)
+        window = self.attention_window
+        mask = ops.logical_and(ops.logical_and(distance < window, distance > -window), key_positions[None, :] >= 0)
+        if causal:
+            mask = ops.logical_and(mask, distance >= 0)
+        mask = mask[None, :, :]  # (1, Q, K)
+        if attention_mask is not None:
+            absolute = ops.take(ops.cast(attention_mask, "bool"), ops.maximum(key_positions, 0), axis=2)  # (B|1, Q, K)
+            mask = ops.logical_and(mask, absolute)
+        return keys, values, new_cache, mask
 
     def call(
         self,
@@ -416,6 +481,7 @@ class MultiHeadAttention(keras.layers.Layer):
         queries = self._project(query, self.query_kernel, getattr(self, "query_bias", None))  # (B, H, Q, Dk)
         causal_offset = 0
         grouped_rows = None
+        ring = False
         if cache is None:
             if value is None:
                 raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
@@ -435,18 +501,26 @@ class MultiHeadAttention(keras.layers.Layer):
         else:  # self-attention: write the new positions into the buffer
             key = query if key is None else key
             value = query if value is None else value
-            new_keys = self._project(key, self.key_kernel, getattr(self, "key_bias", None))
-            new_values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))
-            keys = _write_positions(cache["key"], ops.cast(new_keys, cache["key"].dtype), cache_index)
-            values = _write_positions(cache["value"], ops.cast(new_values, cache["value"].dtype), cache_index)
-            cache = {"key": keys, "value": values}
-            causal_offset = cache_index
-            key_mask = None  # unwritten slots are hidden by the causal mask
-            if not in_xla_context():  # attend over the written prefix only
-                keys = keys[:, :, : cache_index + query_length]
-                values = values[:, :, : cache_index + query_length]
-                if attention_mask is not None:
-                    attention_mask = attention_mask[:, :, : cache_index + query_length]
+            new_keys = ops.cast(self._project(key, self.key_kernel, getattr(self, "key_bias", None)), cache["key"].dtype)
+            new_values = ops.cast(
+                self._project(value, self.value_kernel, getattr(self, "value_bias", None)), cache["value"].dtype
+            )
+            key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
+            if self.attention_window:  # a ring of r slots; the mask holds the band and the causality
+                keys, values, cache, attention_mask = self._ring_step(
+                    cache, new_keys, new_values, cache_index, query_length, attention_mask, use_causal_mask
+                )
+                ring, use_causal_mask = True, False
+            else:
+                keys = _write_positions(cache["key"], new_keys, cache_index)
+                values = _write_positions(cache["value"], new_values, cache_index)
+                cache = {"key": keys, "value": values}
+                causal_offset = cache_index
+                if not in_xla_context():  # attend over the written prefix only
+                    keys = keys[:, :, : cache_index + query_length]
+                    values = values[:, :, : cache_index + query_length]
+                    if attention_mask is not None:
+                        attention_mask = attention_mask[:, :, : cache_index + query_length]
         window = self.attention_window
         if window and cache is None:
             query_length, key_length = query.shape[1], keys.shape[2]
@@ -459,7 +533,7 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout = (lambda weights: self._dropout_layer(weights, training=training)) if self.dropout else None
             outputs = windowed_attention(queries, keys, values, window, use_causal_mask, key_mask, dropout)
             return self._output(outputs)
-        if window:  # the same band, as a mask over the full scores
+        if window and not ring:  # the same band, as a mask over the full scores
             band = band_mask(ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset)
             attention_mask = band if attention_mask is None else ops.logical_and(ops.cast(attention_mask, "bool"), band)
         mask = masks_lib.merge_masks(

@@ -25,6 +25,8 @@ class DecoderBlock(TransformerBlock):
     `max_length` slots and the encoder-decoder keys/values, computed once. Calling the
     block with `cache=` and `cache_index=` (the position of the first new target token)
     writes the new keys/values into the buffer and returns `(outputs, cache)`, every time.
+    With `attention_window=r` the self-attention buffer is a ring of `min(r, max_length)`
+    slots (see `MultiHeadAttention`).
 
     Args:
         num_heads: attention heads H (must divide D unless `key_dim` is given).
@@ -88,7 +90,8 @@ class DecoderBlock(TransformerBlock):
         self.built = True
 
     def init_cache(self, encoder_sequence, max_length):
-        """Empty self-attention buffer of `max_length` slots plus encoder-decoder keys/values."""
+        """Empty self-attention buffer of `max_length` slots (`min(r, max_length)` with
+        `attention_window=r`) plus encoder-decoder keys/values."""
         batch_size = ops.shape(encoder_sequence)[0]
         return {
             "self": self.self_attention.init_cache(batch_size, max_length),

@@ -211,8 +211,9 @@ class Transformer(keras.Model):
         )
 
     def init_cache(self, encoder_outputs, max_length):
-        """Per-decoder-layer caches: empty self-attention buffers of `max_length` slots and
-        the encoder-decoder keys/values computed once from `encoder_outputs`.
+        """Per-decoder-layer caches: empty self-attention buffers of `max_length` slots (a
+        ring of `min(attention_window, max_length)` slots with a window) and the
+        encoder-decoder keys/values computed once from `encoder_outputs`.
 
         Returns:
             a tuple with one `{"self": {"key", "value"}, "cross": {"key", "value"}}` per layer.

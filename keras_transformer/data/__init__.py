@@ -5,9 +5,13 @@ Example:
     ...                                     train_sentencepiece)
     >>> pairs = builtin_task("train")
     >>> path = train_sentencepiece([s for pair in pairs for s in pair],
-    ...                            "/tmp/numbers/spm.model", vocabulary_size=200)  # doctest: +SKIP
+    ...                            "numbers/spm.model", vocabulary_size=128,
+    ...                            max_sentences=4000)
     >>> dataset = make_dataset(pairs, Tokenizer(path), batch_tokens=2048,
-    ...                        max_length=48)  # doctest: +SKIP
+    ...                        max_length=48)
+    >>> inputs, labels = next(iter(dataset))
+    >>> sorted(inputs), labels.dtype
+    (['source_ids', 'target_ids'], tf.int32)
 """
 
 from keras_transformer.data.builtin_task import builtin_task, english_number, german_number

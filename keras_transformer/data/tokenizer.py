@@ -152,9 +152,9 @@ def train_sentencepiece(
 
     Example:
         >>> path = train_sentencepiece(["a small example", "ein kleines Beispiel"] * 50,
-        ...                            "/tmp/spm.model", vocabulary_size=30)  # doctest: +SKIP
-        >>> Tokenizer(path).vocabulary_size  # doctest: +SKIP
-        30
+        ...                            "spm.model", vocabulary_size=20)
+        >>> path, Tokenizer(path).vocabulary_size
+        (PosixPath('spm.model'), 20)
     """
     if (isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int)
             or vocabulary_size <= _NUM_RESERVED):
@@ -231,10 +231,10 @@ class Tokenizer(tf.Module):
             does not reserve ``<pad>``=0, ``<unk>``=1, ``<s>``=2, ``</s>``=3.
 
     Example:
-        >>> tokenizer = Tokenizer("runs/demo/spm.model")  # doctest: +SKIP
-        >>> ids = tokenizer.tokenize(["A dog runs.", "Ein Hund rennt."])  # doctest: +SKIP
-        >>> tokenizer.detokenize(ids).numpy()  # doctest: +SKIP
-        array([b'A dog runs.', b'Ein Hund rennt.'], dtype=object)
+        >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
+        >>> ids = tokenizer.tokenize(["twenty one", "einundzwanzig"])
+        >>> tokenizer.detokenize(ids).numpy()
+        array([b'twenty one', b'einundzwanzig'], dtype=object)
     """
 
     def __init__(self, model: PathLike | bytes, name: str = "tokenizer") -> None:
@@ -395,8 +395,12 @@ class Tokenizer(tf.Module):
         returns a ``tf.RaggedTensor``.
 
         Example:
-            >>> hub_tokenizer = tokenizer.as_keras_hub()  # doctest: +SKIP
-            >>> hub_tokenizer(["A dog runs."])  # doctest: +SKIP
+            >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
+            >>> hub_tokenizer = tokenizer.as_keras_hub()
+            >>> hub_tokenizer(["twenty one"]) == tokenizer.tokenize(["twenty one"]).to_list()
+            True
+            >>> hub_tokenizer.detokenize(hub_tokenizer(["twenty one"]))
+            ['twenty one']
         """
         import keras_hub
 

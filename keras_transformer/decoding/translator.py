@@ -125,11 +125,14 @@ class Translator:
 
     Example:
 
-    >>> from keras_transformer.training import load_run  # doctest: +SKIP
-    >>> model, tokenizer, config = load_run("runs/builtin_tiny")  # doctest: +SKIP
-    >>> translator = Translator(model, tokenizer, "beam", beam_size=4)  # doctest: +SKIP
-    >>> translator(["twenty one", "four hundred"])[0]  # doctest: +SKIP
-    ['einundzwanzig', 'vierhundert']
+    >>> from keras_transformer.runs import load_run
+    >>> model, tokenizer, config = load_run("runs/builtin_tiny")
+    >>> translator = Translator(model, tokenizer, "beam", beam_size=4)
+    >>> translations, scores = translator(["twenty one", "four hundred"])
+    >>> translations  # ['einundzwanzig', 'vierhundert'] once trained for longer
+    ['...', '...']
+    >>> all(score < 0 for score in scores)
+    True
     """
 
     def __init__(

@@ -3,9 +3,9 @@
 Example:
 
 >>> from keras_transformer.export import TranslationModule, export_saved_model
->>> translator = TranslationModule.from_run("runs/builtin_tiny", beam_size=4)  # doctest: +SKIP
->>> result = export_saved_model(translator, "saved_models", name="numbers")  # doctest: +SKIP
->>> result.path  # doctest: +SKIP
+>>> translator = TranslationModule.from_run("runs/builtin_tiny", beam_size=4)
+>>> result = export_saved_model(translator, "saved_models", name="numbers")
+>>> result.path
 PosixPath('saved_models/numbers/1')
 
 See docs/serving.md for the signatures, the TF Serving setup and request examples.

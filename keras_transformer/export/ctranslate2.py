@@ -39,7 +39,7 @@ See docs/ctranslate2.md.
 Example:
 
 >>> from keras_transformer.export.ctranslate2 import export_ctranslate2
->>> export_ctranslate2("runs/builtin_tiny", "ct2/builtin_tiny", quantization="int8")  # doctest: +SKIP
+>>> export_ctranslate2("runs/builtin_tiny", "ct2/builtin_tiny", quantization="int8")
 PosixPath('ct2/builtin_tiny')
 """
 

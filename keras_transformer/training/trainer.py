@@ -108,10 +108,20 @@ class Trainer:
             in the strategy's scope (default: the paper's Adam with the config's
             learning-rate schedule, loss-scaled under mixed_float16).
 
-    Example:
+    Example (the run in `runs/builtin_tiny` already holds its `train_steps` = 120 updates,
+    so `train` restores step 120 and returns at once; a new `model_dir` would train from
+    step 0):
 
-    >>> trainer = Trainer(config, "runs/demo", TrainOptions(batch_tokens=4096))  # doctest: +SKIP
-    >>> trainer.train(lambda ctx: train_ds(ctx), validation_dataset)           # doctest: +SKIP
+    >>> from keras_transformer.data import Tokenizer, builtin_task, make_dataset
+    >>> from keras_transformer.runs import read_run_config
+    >>> config, _ = read_run_config("runs/builtin_tiny")
+    >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
+    >>> def train_ds(ctx):
+    ...     return make_dataset(builtin_task("train"), tokenizer, batch_tokens=1024,
+    ...                         max_length=config.max_length, repeat=True, input_context=ctx)
+    >>> trainer = Trainer(config, "runs/builtin_tiny", TrainOptions(batch_tokens=1024, progress=False))
+    >>> trainer.train(train_ds)
+    {'step': 120, 'skipped_steps': 0}
     """
 
     def __init__(self, config: TransformerConfig, model_dir, options: TrainOptions = TrainOptions(), strategy=None,

@@ -86,9 +86,13 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
 
     Example:
 
-    >>> maps = attention_maps(model, tokenizer, "twenty one")  # doctest: +SKIP
-    >>> [m.shape for m in maps.cross]  # doctest: +SKIP
-    [(4, 2, 3), (4, 2, 3)]
+    >>> from keras_transformer.runs import load_run
+    >>> model, tokenizer, config = load_run("runs/builtin_tiny")
+    >>> maps = attention_maps(model, tokenizer, "twenty one", target="einundzwanzig")
+    >>> maps.source_pieces
+    ['▁twenty', '▁one', '</s>']
+    >>> [m.shape for m in maps.cross]  # (H, T, S) per decoder layer
+    [(4, 9, 3), (4, 9, 3)]
     """
     import tensorflow as tf
 

@@ -157,7 +157,7 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
 
     Example:
 
-    >>> plot_training_curves("runs/builtin_tiny", "curves.png")  # doctest: +SKIP
+    >>> plot_training_curves("runs/builtin_tiny", "curves.png")
     PosixPath('curves.png')
     """
     from matplotlib.figure import Figure

@@ -23,9 +23,14 @@ under the same dtype policy (--precision) and with our dropout placement
   e. with --model_dir and --ctranslate2: the same weights on the same test sentences with
      the run's beam size and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
-     engine applies its own length penalty, see docs/ctranslate2.md).
+     engine applies its own length penalty, see docs/ctranslate2.md). Each engine gets its
+     fastest of --decode_batch_sizes (a sweep on 256 sentences, printed), then the engines
+     alternate over --rounds passes and each keeps its fastest.
+     --profile_saved_model adds where the SavedModel's time goes: sentences/s and the op
+     time by kind (beam reorder, self-attention, ...) at each batch size, from TensorFlow's
+     profiler.
   f. with --attention_scaling: one encoder layer of the preset (forward + backward, batch 1)
-     at n = --scaling_lengths, full attention against --attention_window_scaling r, timed
+     at n = --scaling_lengths, full attention against --scaling_window r, timed
      alternately: milliseconds and peak memory per step, and their growth per doubling of n
      (the paper's Table 1: O(n^2) full, O(r n) windowed). Its own table and plot:
 
@@ -44,6 +49,7 @@ from absl import app, flags
 
 from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
+from keras_transformer.benchmark.profile import profile_run
 from keras_transformer.benchmark.report import format_table, plot_ratios
 from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece
@@ -72,6 +78,13 @@ flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the mac
 
 flags.DEFINE_bool("ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2.")
 flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
+flags.DEFINE_list("decode_batch_sizes", ["16", "32", "64", "128"], "Rows e and --profile_saved_model: batch sizes "
+                  "tried (row e gives each engine its fastest).")
+flags.register_validator(
+    "decode_batch_sizes", lambda values: all(value.isdigit() and int(value) > 0 for value in values),
+    "--decode_batch_sizes takes positive integers, e.g. 32,64.")
+flags.DEFINE_bool("profile_saved_model", False, "With --model_dir: where the exported SavedModel's time goes "
+                  "(sentences/s and op time by kind at each of --decode_batch_sizes).")
 flags.DEFINE_integer("threads", None, "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
                      "TensorFlow's own; CTranslate2 2).")
 
@@ -92,6 +105,7 @@ def main(argv):
     if not FLAGS.training and not FLAGS.model_dir and not FLAGS.attention_scaling:
         raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e) or --attention_scaling (f).")
     lengths = [int(value) for value in FLAGS.scaling_lengths]
+    batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
     if FLAGS.threads:  # before TensorFlow runs anything
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
@@ -117,7 +131,10 @@ def main(argv):
                                   saved_model_sentences=FLAGS.saved_model_sentences))
         if FLAGS.ctranslate2:
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
-                                         threads=FLAGS.threads or 2))
+                                         threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds))
+        if FLAGS.profile_saved_model:
+            profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
+                        batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2))
 
     if rows:
         print()

@@ -229,8 +229,8 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     from keras_transformer.data.sources import load_pairs
 
     lines = []
-    rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_size=4,
-                            tokenize="char", log=lines.append)
+    rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_sizes=(2, 4),
+                            sweep_sentences=4, rounds=2, tokenize="char", log=lines.append)
     assert [row.name for row in rows] == [
         "e. SavedModel vs CTranslate2 float32, sentences/s",
         "e. in-process vs CTranslate2 float32, sentences/s",
@@ -238,7 +238,30 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     ]
     for row in rows:
         assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
-    assert len(lines) == 6 and lines[0].startswith("e. 6 sentences, beam 4, alpha 0.0")
-    bleu = {line[3:25].strip(): float(line.split()[-1]) for line in lines[2:]}
+    assert lines[0] == "e. batch-size sweep on 4 sentences (sentences/s):" and lines[1].split() == ["engine", "2", "4"]
+    assert len(lines) == 12 and lines[6].startswith("e. 6 sentences, beam 4, alpha 0.0")
+    assert all(line.split()[-4] in ("2", "4") for line in lines[8:])  # each engine's fastest batch size
+    bleu = {line[3:25].strip(): float(line.split()[-1]) for line in lines[8:]}
     assert set(bleu) == {"SavedModel", "in-process search", "CTranslate2 float32", "CTranslate2 int8"}
     assert bleu["SavedModel"] == bleu["in-process search"] == bleu["CTranslate2 float32"]
+
+
+def test_saved_model_profile_finds_the_beam_reorder(trained_run):
+    """The profile of a real export at two batch sizes: every op time is attributed, and the
+    beam search's gathers of the cached keys/values show up as the reorder kind."""
+    from keras_transformer.benchmark.profile import OP_KINDS, profile_run
+    from keras_transformer.data.sources import load_pairs
+
+    lines = []
+    results = profile_run(trained_run, [source for source, _ in load_pairs("builtin", "test")[:8]], batch_sizes=(4, 8),
+                          rounds=1, log=lines.append)
+    assert set(results) == {4, 8}
+    for result in results.values():
+        assert result["sentences_per_second"] > 0
+        assert sum(result["kinds"].values()) == pytest.approx(result["op_seconds"])
+        assert result["kinds"]["beam reorder (gathers in the search loop)"] > 0
+        assert result["kinds"]["decoder self-attention"] > 0 and result["kinds"]["encoder"] > 0
+        assert "GatherV2" in result["types"]
+    table = lines[-1].splitlines()
+    assert table[0] == "| batch size | 4 | 8 |" and table[2].startswith("| sentences/s (8 sentences) |")
+    assert {kind for kind, _ in OP_KINDS} >= {line.split(" | ")[0][2:] for line in table[4:] if line.startswith("| ")} - {"other"}

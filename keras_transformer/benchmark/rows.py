@@ -18,7 +18,9 @@ from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.timing import compare_steps, make_train_step
 from keras_transformer.data.pipeline import make_dataset
+from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.runs import load_run
 
@@ -130,14 +132,18 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
     return rows
 
 
-def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, threads=2, batch_size=64, tokenize="13a",
-                     log=print):
-    """Row e: the same weights and sentences decoded four ways, timed in one run.
+def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, threads=2, batch_sizes=(16, 32, 64, 128),
+                     sweep_sentences=256, rounds=3, tokenize="13a", log=print):
+    """Row e: the same weights and sentences decoded four ways, timed alternately in one run.
 
-    Our exported SavedModel, our in-process search (`make_search_fn`, graph mode), and
-    CTranslate2 float32 and int8 exports of the run (`export.ctranslate2`), each with beam
-    `beam_size` and batches of `batch_size` length-sorted sentences (CTranslate2 calls hold
-    sources of one length, so its length limits equal ours). The length penalty is each
+    Our exported SavedModel (text in, text out: its time includes tokenizing and
+    detokenizing), our in-process search (`make_search_fn`, graph mode, on tokenized
+    length-sorted batches), and CTranslate2 float32 and int8 exports of the run
+    (`export.ctranslate2`; CTranslate2 calls hold sources of one length, so its length
+    limits equal ours). Each engine gets the batch size that is fastest for it: every size
+    in `batch_sizes` is timed on the first `sweep_sentences` sentences (the curve is
+    logged). Then all sentences are translated `rounds` times, the engines alternating
+    within each round, and each engine keeps its fastest round. The length penalty is each
     engine's own at the same alpha: GNMT ((5 + |Y|) / 6)^alpha for ours, |Y|^alpha for
     CTranslate2 (docs/ctranslate2.md). Set TensorFlow's thread pools to `threads` before
     TensorFlow starts (experiments/benchmark.py does); CTranslate2 gets `intra_threads`.
@@ -148,9 +154,11 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
         beam_size, length_penalty: the search (None: the run config's, `SearchOptions.from_config`);
             every engine also takes the config's `max_output_offset`.
         threads: CTranslate2's intra-op threads.
-        batch_size: sentences per batch, for every engine.
+        batch_sizes: candidate sentences per batch, for every engine.
+        sweep_sentences: sentences of the batch-size sweep.
+        rounds: timed passes over all sentences per engine, alternating.
         tokenize: sacreBLEU tokenizer of the BLEU column.
-        log: prints the per-engine table (sentences/s, target tokens/s, BLEU).
+        log: prints the sweep and the per-engine table (batch size, sentences/s, target tokens/s, BLEU).
 
     Returns:
         `Row`s of sentences/s, each engine against CTranslate2 float32 (target 1.0 for the
@@ -159,53 +167,87 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
     """
     import ctranslate2
 
-    from keras_transformer.benchmark.decoding import source_batches, time_search
+    from keras_transformer.benchmark.decoding import source_batches
+    from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
     from keras_transformer.evaluation.bleu import corpus_bleu
-    from keras_transformer.decoding.translator import SavedModelTranslator
     from keras_transformer.export import TranslationModule, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
     model, tokenizer, config = load_run(model_dir)
     search = SearchOptions.from_config(config, "beam", beam_size=beam_size, length_penalty=length_penalty).kwargs()
     beam_size, length_penalty = search["beam_size"], search["length_penalty"]
-    pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)  # source_batches' order
     sources, references = [source for source, _ in pairs], [reference for _, reference in pairs]
 
     def detokenize(outputs):
         return [tokenizer.detokenize([list(ids)]).numpy()[0].decode("utf-8") for ids in outputs]
 
-    results = {}  # engine -> (seconds, translations)
     with tempfile.TemporaryDirectory() as workdir:
         exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="benchmark",
                                       verify=False, check_ops=False)
-        saved_model = SavedModelTranslator(str(exported.path), batch_size=batch_size)
-        saved_model(sources[:batch_size])  # warm-up (the first call loads the graph)
-        start = time.perf_counter()
-        translations, _ = saved_model(sources)
-        results["SavedModel"] = (time.perf_counter() - start, translations)
-
-        batches = source_batches(tokenizer, sources, batch_size, config.max_length)
-        speed = time_search(model, batches, "beam", use_cache=True, **search)
-        results["in-process search"] = (speed.seconds, detokenize(speed.outputs))
-
+        saved_model = SavedModelTranslator(str(exported.path))
+        search_fn = make_search_fn(model, "beam", use_cache=True, **search)
+        ct2 = {}
         for quantization in ("float32", "int8"):
             path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization)
-            translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
-            options = dict(search, max_source_length=config.max_length, max_batch_size=batch_size)
-            translate_ctranslate2(translator, tokenizer, sources[:batch_size], **options)  # warm-up
+            ct2[quantization] = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
+
+        def in_process(texts, batch_size):  # tokenized outside the timed search, as a library user would batch
+            batches = source_batches(tokenizer, texts, batch_size, config.max_length)
             start = time.perf_counter()
-            outputs, _ = translate_ctranslate2(translator, tokenizer, sources, **options)
-            results[f"CTranslate2 {quantization}"] = (time.perf_counter() - start, detokenize(outputs))
+            results = [search_fn(batch) for batch in batches]
+            outputs = [row for result in results for row in best_hypotheses(
+                result["token_ids"].numpy(), result["scores"].numpy())[0]]
+            seconds = time.perf_counter() - start
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)  # source_batches' order
+            translations = [None] * len(texts)
+            for index, row in zip(order, outputs):
+                translations[index] = detokenize([row[row != PAD_ID]])[0]
+            return seconds, translations
+
+        def timed(translate):
+            def run(texts, batch_size):
+                start = time.perf_counter()
+                translations = translate(texts, batch_size)
+                return time.perf_counter() - start, translations
+            return run
+
+        engines = {
+            "SavedModel": timed(lambda texts, size: translate_in_batches(saved_model.translate_batch, texts, size)[0]),
+            "in-process search": in_process,
+        }
+        for quantization, translator in ct2.items():
+            engines[f"CTranslate2 {quantization}"] = timed(
+                lambda texts, size, translator=translator: detokenize(translate_ctranslate2(
+                    translator, tokenizer, texts, **search, max_source_length=config.max_length,
+                    max_batch_size=size)[0]))
+
+        sweep = sources[:sweep_sentences]
+        curve = {engine: {} for engine in engines}
+        for engine, run in engines.items():
+            run(sweep[: max(batch_sizes)], max(batch_sizes))  # warm-up: loads and traces
+            for size in batch_sizes:
+                curve[engine][size] = len(sweep) / run(sweep, size)[0]
+        chosen = {engine: max(rates, key=rates.get) for engine, rates in curve.items()}
+        log(f"e. batch-size sweep on {len(sweep)} sentences (sentences/s):")
+        log(f"   {'engine':22s} " + " ".join(f"{size:>8d}" for size in batch_sizes))
+        for engine, rates in curve.items():
+            log(f"   {engine:22s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
+
+        best, translations = {engine: float("inf") for engine in engines}, {}
+        for _ in range(rounds):
+            for engine, run in engines.items():
+                seconds, translations[engine] = run(sources, chosen[engine])
+                best[engine] = min(best[engine], seconds)
 
     log(f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
-        f"batches of {batch_size}, CTranslate2 intra_threads={threads}")
-    log(f"   {'engine':22s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
+        f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}")
+    log(f"   {'engine':22s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
     rates = {}
-    for engine, (seconds, translations) in results.items():
-        tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations).to_list())
-        bleu = corpus_bleu(translations, references, tokenize=tokenize)[0]
+    for engine, seconds in best.items():
+        tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations[engine]).to_list())
+        bleu = corpus_bleu(translations[engine], references, tokenize=tokenize)[0]
         rates[engine] = len(sources) / seconds
-        log(f"   {engine:22s} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
+        log(f"   {engine:22s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
     base = rates["CTranslate2 float32"]
     return [
         Row("e. SavedModel vs CTranslate2 float32, sentences/s", rates["SavedModel"], base, rates["SavedModel"] / base, 1.0),

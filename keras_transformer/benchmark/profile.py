@@ -1,0 +1,180 @@
+"""Where an exported SavedModel's translation time goes: op time by kind, and time against batch size.
+
+`op_times` runs a function under TensorFlow's profiler and sums the executed ops'
+durations from the trace it writes (`*.xplane.pb`, read with the XSpace protocol buffer
+that TensorFlow ships): one entry per op, named `scope/name:Type`. Op time is summed
+over threads, so with two threads it can exceed the wall time.
+
+`op_kind` sorts the decoder's ops into the parts of a beam-search step, and
+`saved_model_profile` puts the two together for a SavedModel: sentences/s at several batch
+sizes, and each kind's share of the op time at each batch size.
+"""
+
+import collections
+import glob
+import re
+import tempfile
+import time
+
+# (kind, pattern on "scope/name:Type"), first match wins. The scopes are those of the
+# exported search (decoding/beam.py, decoding/steps.py, layers/).
+OP_KINDS = (
+    ("tokenize / detokenize", re.compile(r"SentencepieceOp|Sentencepiece|StringJoin|UnicodeTranscode|RaggedTensorTo")),
+    # Gathers at the top of the loop body: the beam reorder of every layer's cached keys/values
+    # (the large ones) and of the search's own per-row state.
+    ("beam reorder (gathers in the search loop)", re.compile(r"/while/GatherV2(_\d+)?:GatherV2$")),
+    ("encoder", re.compile(r"(^|/)encode[r_]|encoder_layer")),
+    ("decoder self-attention", re.compile(r"self_attention")),
+    ("decoder cross-attention", re.compile(r"cross_attention")),
+    ("decoder feed-forward", re.compile(r"feed_forward")),
+    ("output projection (logits)", re.compile(r"(token_embedding|logits|shared_embedding).*:(MatMul|BatchMatMulV2|Einsum)")),
+    ("layer norm", re.compile(r"layer_norm")),
+    ("log-softmax, top-k, scores", re.compile(r":(TopKV2|LogSoftmax|Softmax|Max|Sum|ArgMax|Exp|Log|Sub|Mul|RealDiv)$")),
+    ("while-loop control", re.compile(r":(Enter|Exit|Merge|Switch|NextIteration|LoopCond|Identity|Less|LogicalAnd)$")),
+)
+OTHER = "other"
+
+
+def op_kind(name):
+    """The part of the search that the op `scope/name:Type` belongs to (`OP_KINDS`), else "other".
+
+    >>> op_kind("StatefulPartitionedCall/while/body/_101/while/GatherV2_15:GatherV2")
+    'beam reorder (gathers in the search loop)'
+    >>> op_kind("while/body/_1/while/decoder_layer_0/self_attention/einsum/Einsum:Einsum")
+    'decoder self-attention'
+    >>> op_kind("while/body/_1/add_4:AddV2")
+    'other'
+    """
+    for kind, pattern in OP_KINDS:
+        if pattern.search(name):
+            return kind
+    return OTHER
+
+
+def read_op_times(logdir):
+    """`{op name: seconds}` summed over the trace files under `logdir` (TensorFlow's compute threads)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    totals = collections.Counter()
+    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    if not paths:
+        raise FileNotFoundError(f"No profiler trace (*.xplane.pb) under {logdir}")
+    for path in paths:
+        space = xplane_pb2.XSpace()
+        with open(path, "rb") as trace:
+            space.ParseFromString(trace.read())
+        for plane in space.planes:
+            for line in plane.lines:
+                if not line.name.startswith("tf_Compute") and not line.name.startswith("tf_inter_op"):
+                    continue
+                for event in line.events:
+                    name = plane.event_metadata[event.metadata_id].name
+                    if ":" in name.replace("::", ""):  # ops are "scope/name:Type", not "ExecutorState::Process"
+                        totals[name] += event.duration_ps * 1e-12
+    return dict(totals)
+
+
+def op_times(function, *args, **kwargs):
+    """Run `function(*args, **kwargs)` once under the profiler; returns `(result, {op name: seconds})`."""
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        try:
+            result = function(*args, **kwargs)
+        finally:
+            tf.profiler.experimental.stop()
+        return result, read_op_times(logdir)
+
+
+def by_kind(times):
+    """`{kind: seconds}` of `op_times`' result, largest first."""
+    totals = collections.Counter()
+    for name, seconds in times.items():
+        totals[op_kind(name)] += seconds
+    return dict(totals.most_common())
+
+
+def by_type(times, top=10):
+    """The `top` op types (`MatMul`, `GatherV2`, ...) by summed seconds, largest first."""
+    totals = collections.Counter()
+    for name, seconds in times.items():
+        totals[name.rsplit(":", 1)[-1]] += seconds
+    return dict(totals.most_common(top))
+
+
+def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, log=print):
+    """Sentences/s and op time by kind of a text-in/text-out SavedModel at each batch size.
+
+    Args:
+        export_dir: the SavedModel (its `serving_default` signature).
+        sources: sentences; each batch size translates all of them.
+        batch_sizes: sentences per signature call.
+        rounds: timing rounds, alternating over the batch sizes; each keeps its fastest.
+        log: prints the two tables.
+
+    Returns:
+        `{batch_size: {"sentences_per_second": float, "wall_seconds": float, "op_seconds": float,
+        "kinds": {kind: seconds}, "types": {type: seconds}}}`.
+    """
+    from keras_transformer.decoding.translator import SavedModelTranslator
+
+    translators = {size: SavedModelTranslator(export_dir, batch_size=size) for size in batch_sizes}
+    for size, translator in translators.items():
+        translator(sources[:size])  # trace this batch shape's graph
+    best = {size: float("inf") for size in batch_sizes}
+    for _ in range(rounds):
+        for size, translator in translators.items():
+            start = time.perf_counter()
+            translator(sources)
+            best[size] = min(best[size], time.perf_counter() - start)
+    results = {}
+    for size, translator in translators.items():
+        _, times = op_times(translator, sources)
+        results[size] = {
+            "sentences_per_second": len(sources) / best[size],
+            "wall_seconds": best[size],
+            "op_seconds": sum(times.values()),
+            "kinds": by_kind(times),
+            "types": by_type(times),
+        }
+    log(format_profile(results, len(sources)))
+    return results
+
+
+def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, log=print):
+    """`saved_model_profile` of a trained run's export (the run's search settings, `TranslationModule`)."""
+    from keras_transformer.decoding.options import SearchOptions
+    from keras_transformer.export import TranslationModule, export_saved_model
+    from keras_transformer.runs import load_run
+
+    model, tokenizer, config = load_run(model_dir)
+    search = SearchOptions.from_config(config, "beam").kwargs()
+    with tempfile.TemporaryDirectory() as workdir:
+        exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="profile",
+                                      verify=False, check_ops=False)
+        log(f"SavedModel profile: beam {search['beam_size']}, alpha {search['length_penalty']}, "
+            f"{len(sources)} sentences, fastest of {rounds} alternating rounds per batch size")
+        return saved_model_profile(str(exported.path), sources, batch_sizes, rounds, log)
+
+
+def format_profile(results, num_sentences):
+    """Markdown tables: sentences/s per batch size, and each kind's share of the op time."""
+    sizes = list(results)
+    lines = [
+        f"| batch size | {' | '.join(str(size) for size in sizes)} |",
+        f"|---|{'---|' * len(sizes)}",
+        f"| sentences/s ({num_sentences} sentences) | "
+        + " | ".join(f"{results[size]['sentences_per_second']:.1f}" for size in sizes) + " |",
+        "| op time summed over threads (s) | " + " | ".join(f"{results[size]['op_seconds']:.1f}" for size in sizes) + " |",
+    ]
+    kinds = [kind for kind, _ in OP_KINDS if any(kind in results[size]["kinds"] for size in sizes)] + [OTHER]
+    for kind in kinds:
+        shares = [results[size]["kinds"].get(kind, 0.0) / max(results[size]["op_seconds"], 1e-12) for size in sizes]
+        lines.append(f"| {kind} | " + " | ".join(f"{share:.0%}" for share in shares) + " |")
+    lines.append("")
+    for size in sizes:
+        top = ", ".join(f"{name} {seconds / max(results[size]['op_seconds'], 1e-12):.0%}"
+                        for name, seconds in results[size]["types"].items())
+        lines.append(f"batch {size}, top op types: {top}")
+    return "\n".join(lines)

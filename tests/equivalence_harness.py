@@ -16,7 +16,8 @@ For every path and optimizer (SGD and Adam) it writes `OUT_DIR/<path>_<optimizer
 `losses` (the loss reported for each step), `weights` (all trainable weights, flattened,
 before and after each step: shape (STEPS + 1, P)) and, for `model.fit`, `evaluate` (the
 loss `model.evaluate` reports after training); the reference also records `half_tokens`,
-the real tokens of each half batch.
+the real tokens of each half batch. With `EQUIVALENCE_ATTENTION_WINDOW=r` in the
+environment, the model's self-attention is restricted to windows of r positions.
 
 Every path sees the same global batches: `STEPS` of them, each made of two halves of four
 sentences with different numbers of real tokens. One device takes a whole global batch
@@ -58,7 +59,8 @@ OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(learning_rate=0.5), "adam": la
 STEPS = 3
 HALF = 4  # sentences per half batch
 CONFIG = dict(vocabulary_size=64, num_encoder_layers=1, num_decoder_layers=1, hidden_dim=32, intermediate_dim=64,
-              num_heads=2, max_length=32, dropout=0.0, train_steps=STEPS)
+              num_heads=2, max_length=32, dropout=0.0, train_steps=STEPS,
+              attention_window=int(os.environ.get("EQUIVALENCE_ATTENTION_WINDOW", 0)) or None)
 
 
 def half_batch(step, half):

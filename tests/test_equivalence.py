@@ -73,10 +73,35 @@ def records(tmp_path_factory):
     return found
 
 
+WINDOWED_PATHS = ("loop_mirrored", "fit_mirrored")
+
+
+@pytest.fixture(scope="module")
+def windowed_records(tmp_path_factory):
+    """`{(path, optimizer): npz}` of a model with self-attention windows of 2 positions (sentences of 8-9)."""
+    out_dir = tmp_path_factory.mktemp("equivalence_windowed")
+    process = _run([str(out_dir), "reference", *WINDOWED_PATHS], {"EQUIVALENCE_ATTENTION_WINDOW": "2"})
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output[-4000:]
+    return {(path, optimizer): np.load(out_dir / f"{path}_{optimizer}.npz")
+            for path in ("reference", *WINDOWED_PATHS) for optimizer in OPTIMIZERS}
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("path", PATHS)
 def test_path_makes_the_reference_updates(records, path, optimizer):
-    reference, record = records["reference", optimizer], records[path, optimizer]
+    _check_updates(records["reference", optimizer], records[path, optimizer], path, optimizer)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("path", WINDOWED_PATHS)
+def test_windowed_attention_under_mirrored_makes_the_reference_updates(windowed_records, records, path, optimizer):
+    reference = windowed_records["reference", optimizer]
+    assert not np.allclose(reference["losses"], records["reference", optimizer]["losses"], rtol=1e-3)  # a window changes the model
+    _check_updates(reference, windowed_records[path, optimizer], path, optimizer)
+
+
+def _check_updates(reference, record, path, optimizer):
     np.testing.assert_array_equal(record["weights"][0], reference["weights"][0])  # the same start
     np.testing.assert_allclose(record["losses"], reference["losses"], rtol=LOSS_RTOL, err_msg="reported losses")
     updates, reference_updates = np.diff(record["weights"], axis=0), np.diff(reference["weights"], axis=0)

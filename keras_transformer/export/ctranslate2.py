@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
 QUANTIZATIONS = ("float32", "int8")
@@ -295,9 +296,9 @@ def translate_ctranslate2(
     translator,
     tokenizer,
     texts,
-    beam_size=4,
+    beam_size=SearchOptions.beam_size,
     length_penalty=0.0,
-    max_output_offset=50,
+    max_output_offset=SearchOptions.max_output_offset,
     max_source_length=256,
     max_batch_size=64,
 ):
@@ -307,7 +308,9 @@ def translate_ctranslate2(
     `decoding.text.encode_source`. A sentence produces at most source length (with EOS)
     + `max_output_offset` tokens, EOS included, as in our search: sentences are grouped
     by source length, so that one `max_decoding_length` holds for a whole call.
-    `length_penalty` is CTranslate2's (|Y|^alpha, see the module docstring).
+    `length_penalty` is CTranslate2's (|Y|^alpha, see the module docstring); its default 0
+    gives our search's outputs. Pass a run's `SearchOptions.from_config(config).kwargs()` for
+    its beam size and offset (the defaults are `SearchOptions`', the paper's).
 
     Returns:
         `(output_ids: list of int lists (EOS appended when produced), scores: list of float)`,

@@ -132,14 +132,17 @@ def main(argv):
         if FLAGS.ctranslate2:
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
                                          threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds))
-        if FLAGS.profile_saved_model:
-            profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
-                        batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2))
 
     if rows:
         print()
         print(format_table(rows))
         print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
+        if FLAGS.plot:
+            plot_ratios(rows, FLAGS.plot)
+            print(f"plot: {FLAGS.plot}")
+    if FLAGS.model_dir and FLAGS.profile_saved_model:  # after the table: it needs the most memory
+        profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
+                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2))
     if FLAGS.attention_scaling:
         config = cli.config_from_flags()
         print(f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
@@ -153,9 +156,6 @@ def main(argv):
         if FLAGS.scaling_plot:
             plot_scaling(points, FLAGS.scaling_window, FLAGS.scaling_plot)
             print(f"plot: {FLAGS.scaling_plot}")
-    if FLAGS.plot and rows:
-        plot_ratios(rows, FLAGS.plot)
-        print(f"plot: {FLAGS.plot}")
     print(f"machine: {tf.config.list_physical_devices()} ; precision {FLAGS.precision} ; jit_compile {FLAGS.jit_compile}")
 
 

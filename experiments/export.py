@@ -53,8 +53,8 @@ cli.define_search_flags(batch_size=None, method=False)  # beam search; unset: th
 flags.DEFINE_integer(
     "max_output_length",
     None,
-    "Static output buffer length L (the width of translate_ids' token_ids). Default: the model's max_length + "
-    "--max_output_offset, so the offset alone limits outputs (at most max_length for learned positions).",
+    "A static output buffer length L for every call (the width of translate_ids' token_ids). Default: none, each "
+    "call's buffer is its padded source width + --max_output_offset, so the offset alone limits outputs.",
 )
 flags.DEFINE_integer(
     "max_source_length", None, "Sources are cut to this many tokens, EOS included (default: the model's max_length)."

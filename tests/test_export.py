@@ -112,7 +112,7 @@ def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
     assert f"Exported {version_dir}" in stdout
     assert "serving_default(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
     assert "translate(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
-    assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, 98]" in stdout
+    assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, None]" in stdout
     assert "score(source: string [None], target: string [None]) -> log_probability: float32 [None]" in stdout
     assert "translate_nbest(text: string [None]) -> scores: float32 [None, 4], translations: string [None, 4]" in stdout
     sample = load_pairs("builtin", "val")[0][0]  # the run's validation split
@@ -270,8 +270,8 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     source_ids = encode_source(tokenizer, tf.constant(SENTENCES[:3]), translator.max_source_length)
     outputs = tf.saved_model.load(str(result.path)).signatures["translate_ids"](source_ids=source_ids)
     full_ids, full_scores = recompute_beam_search(
-        windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10, max_length=translator.max_output_length
-    )
+        windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10
+    )  # the export's buffer: S + offset
     np.testing.assert_array_equal(outputs["token_ids"], full_ids[:, 0])
     np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
 
@@ -304,16 +304,17 @@ def _log_probability(model, tokenizer, source, target):
 
 @pytest.fixture(scope="module")
 def reference(run_objects):
-    """What in-library decoding gives for the test inputs (same settings as the export)."""
+    """What in-library decoding gives for the test inputs (same settings as the export, whose
+    buffer is the source width + the offset)."""
     model, tokenizer, _ = run_objects
-    texts, scores = translate(model, tokenizer, SENTENCES, "beam", max_length=98, **BEAM)
+    texts, scores = translate(model, tokenizer, SENTENCES, "beam", **BEAM)
     source_ids = encode_source(tokenizer, SENTENCES, 48)
-    outputs = make_search_fn(model, "beam", max_length=98, **BEAM)(source_ids)
+    outputs = make_search_fn(model, "beam", **BEAM)(source_ids)
     token_ids = outputs["token_ids"].numpy()[:, 0]
     assert [t.decode() for t in decode_text(tokenizer, token_ids).numpy()] == texts
     long_ids = encode_source(tokenizer, [LONG_TEXT], 48).numpy()
-    long_text, _ = translate(model, tokenizer, [LONG_TEXT], "beam", max_length=98, **BEAM)
-    nbest = make_search_fn(model, "beam", max_length=98, num_return=BEAM["beam_size"], **BEAM)(source_ids)
+    long_text, _ = translate(model, tokenizer, [LONG_TEXT], "beam", **BEAM)
+    nbest = make_search_fn(model, "beam", num_return=BEAM["beam_size"], **BEAM)(source_ids)
     nbest_texts = decode_text(tokenizer, nbest["token_ids"]).numpy()  # (B, K)
     return {
         "texts": texts,
@@ -479,7 +480,8 @@ def test_token_ids_out_of_vocabulary_become_unk_and_long_rows_are_cut(served):
 
 def test_empty_batch_gives_empty_outputs(served):
     assert served["empty_batch"]["translate"] == [[0], [0]]
-    assert served["empty_batch"]["translate_ids"] == [[0], [0, 98]]  # scores, token_ids
+    # scores, token_ids: a buffer of S + max_output_offset = 0 + 50 slots
+    assert served["empty_batch"]["translate_ids"] == [[0], [0, 50]]
     assert served["empty_batch"]["translate_nbest"] == [[0, 4], [0, 4]]  # scores, translations
     assert served["empty_batch"]["score"] == [0]
 

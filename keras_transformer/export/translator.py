@@ -7,7 +7,8 @@ The same `tf.function`s run when Python code calls a `TranslationModule` and whe
 answers a request to the exported SavedModel, so both give identical results:
 
 * `translate(text)`: tf.string `(B,)` -> `{"translation": tf.string (B,), "score": float32 (B,)}`.
-* `translate_ids(source_ids)`: int32 `(B, S)` -> `{"token_ids": int32 (B, L), "scores": float32 (B,)}`.
+* `translate_ids(source_ids)`: int32 `(B, S)` -> `{"token_ids": int32 (B, L), "scores": float32 (B,)}`,
+  L = S + `max_output_offset` (capped), or the static `max_output_length` when one is given.
 * `translate_nbest(text)`: tf.string `(B,)` -> `{"translations": tf.string (B, K), "scores": float32 (B, K)}`,
   the K = `beam_size` best hypotheses of each sentence, best first.
 * `score(source, target)`: tf.string `(B,)` twice -> `{"log_probability": float32 (B,)}`.
@@ -78,9 +79,13 @@ class TranslationModule(tf.Module):
         length_penalty: alpha of the GNMT length penalty (default: the config's, 0.6).
         max_output_offset: a sentence produces at most `source length + offset` tokens
             (default: the config's, 50).
-        max_output_length: the static output buffer length L, the width of `token_ids`
-            (default: `max_source_length + max_output_offset`, so the offset alone
-            limits the output; for learned positions at most `model.config.max_length`).
+        max_output_length: a static output buffer length L, the width of `token_ids`
+            for every input. Default: no static buffer: each call's buffer is `S +
+            max_output_offset` slots (S the batch's padded source width), at most
+            `max_source_length + max_output_offset` (for learned positions at most
+            `model.config.max_length`), so the offset alone limits the output and a batch
+            of short sentences does not carry (and reorder, at every beam step) a buffer
+            sized for the longest source the model accepts.
         max_source_length: sources are cut to this many tokens, EOS included (default and
             maximum: `model.config.max_length`).
         name: module name.
@@ -120,7 +125,8 @@ class TranslationModule(tf.Module):
                 f"Received: max_source_length={max_source_length}, model.config.max_length={config.max_length}"
             )
         position_limit = config.max_length if config.positional == "learned" else None
-        if max_output_length is None:
+        self.static_buffer = max_output_length is not None
+        if max_output_length is None:  # the longest buffer a call can get
             max_output_length = max_source_length + max_output_offset
             if position_limit is not None:
                 max_output_length = min(max_output_length, position_limit)
@@ -246,7 +252,7 @@ class TranslationModule(tf.Module):
     def decode_nbest(self, token_ids):
         """Valid UTF-8 texts of n-best output ids `(B, K, L)`: tf.string `(B, K)`."""
         shape = tf.shape(token_ids)
-        texts = self.decode(tf.reshape(token_ids, [-1, self.max_output_length]))  # (B * K,)
+        texts = self.decode(tf.reshape(token_ids, [-1, shape[2]]))  # (B * K,)
         return tf.reshape(texts, shape[:2])
 
     def _clean_ids(self, source_ids):
@@ -273,10 +279,11 @@ class TranslationModule(tf.Module):
             beam_size=self.beam_size,
             length_penalty=self.length_penalty,
             max_output_offset=self.max_output_offset,
-            max_length=self.max_output_length,
+            max_length=self.max_output_length if self.static_buffer else None,  # None: S + offset
             num_return=num_return,
         )  # (N, R, L), (N, R)
         batch_size = tf.shape(source_ids, out_type=tf.int64)[0]
-        token_ids = tf.scatter_nd(rows, token_ids, tf.stack([batch_size, num_return, self.max_output_length]))
+        width = tf.shape(token_ids, out_type=tf.int64)[2]
+        token_ids = tf.scatter_nd(rows, token_ids, tf.stack([batch_size, num_return, width]))
         scores = tf.scatter_nd(rows, scores, tf.stack([batch_size, num_return]))
         return token_ids, scores

@@ -24,7 +24,6 @@ from keras_transformer.decoding import (
     greedy_search,
     length_penalty,
     make_search_fn,
-    options_from_config,
     recompute_beam_search,
     recompute_greedy_search,
     sample,
@@ -332,12 +331,6 @@ def test_learned_positions_cap_the_buffer():
 def test_invalid_arguments_raise(random_model, call, message):
     with pytest.raises(ValueError, match=message):
         call(random_model)
-
-
-def test_options_from_config():
-    config = tiny_config(beam_size=6, length_penalty=1.0, max_output_offset=10)
-    assert options_from_config(config) == {"beam_size": 6, "length_penalty": 1.0, "max_output_offset": 10}
-    assert options_from_config(config, "greedy") == {"max_output_offset": 10}
 
 
 def test_docs_quick_start_runs():

@@ -8,15 +8,14 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
+from keras_transformer.benchmark.decoding import DecodingSpeed, benchmark_decoding, format_speed_table, source_batches
 from keras_transformer.decoding import Translator, decode_lines, translate_in_batches, translate_lines
 from keras_transformer.evaluation import (
-    DecodingSpeed,
     corpus_bleu,
     corpus_chrf,
     default_tokenize,
     evaluate_run,
     evaluate_saved_model,
-    format_speed_table,
     score_corpus,
 )
 
@@ -248,8 +247,6 @@ def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
 
 
 def test_xla_decoding_benchmark_pads_widths_and_matches_graph_mode(run_model):
-    from keras_transformer.evaluation.speed import benchmark_decoding, source_batches
-
     model, tokenizer, _ = run_model
     texts = ["twenty one", "four hundred thousand three", "seven", "nine hundred ninety nine thousand", "two"]
     batches = source_batches(tokenizer, texts, 2, model.config.max_length, width_multiple=8)

@@ -10,7 +10,7 @@ import pytest
 from absl import app, flags
 
 from keras_transformer import Transformer, cli, get_preset
-from keras_transformer.decoding import SearchOptions, beam_search, best_hypotheses, options_from_config
+from keras_transformer.decoding import SearchOptions, beam_search, best_hypotheses
 from tests.scripts import REPO, run_script
 
 CONFIG = get_preset("tiny", beam_size=6, length_penalty=1.0, max_output_offset=10)
@@ -28,11 +28,6 @@ def test_from_config_takes_the_run_settings_and_explicit_overrides():
     assert SearchOptions.from_config(CONFIG, "greedy").kwargs() == {"max_output_offset": 10}
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.beam_size = 3
-
-
-def test_every_caller_builds_the_same_settings():
-    for method in ("greedy", "beam", "sample"):
-        assert options_from_config(CONFIG, method) == SearchOptions.from_config(CONFIG, method).kwargs()
 
 
 @pytest.mark.parametrize(

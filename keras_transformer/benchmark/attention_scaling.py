@@ -14,13 +14,15 @@ process has built the layer and run it once on 8 positions before.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from keras_transformer.benchmark.timing import fastest_of_alternating
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +66,10 @@ def encoder_layer_step(length, window=None, hidden_dim=256, num_heads=4, interme
     return step
 
 
-def _seconds_per_step(step, repeats):
-    start = time.perf_counter()
+def _run_steps(step, repeats):
     for _ in range(repeats):
         result = step()
-    float(result)  # wait for the last step
-    return (time.perf_counter() - start) / repeats
+    return float(result)  # waits for the last step
 
 
 def time_full_and_windowed(length, window, rounds=3, repeats=None, **layer_args):
@@ -78,14 +78,13 @@ def time_full_and_windowed(length, window, rounds=3, repeats=None, **layer_args)
     `repeats` steps make one timing (default: enough for ~64k tokens, at least 1).
     """
     repeats = repeats or max(1, 65536 // length)
-    steps = [encoder_layer_step(length, None, **layer_args), encoder_layer_step(length, window, **layer_args)]
-    for step in steps:
+    steps = {"full": encoder_layer_step(length, None, **layer_args),
+             "window": encoder_layer_step(length, window, **layer_args)}
+    for step in steps.values():
         float(step())  # trace and warm up
-    best = [math.inf, math.inf]
-    for _ in range(rounds):
-        for index, step in enumerate(steps):
-            best[index] = min(best[index], _seconds_per_step(step, repeats))
-    return tuple(best)
+    fastest = fastest_of_alternating(
+        {name: functools.partial(_run_steps, step, repeats) for name, step in steps.items()}, rounds)
+    return fastest["full"][0] / repeats, fastest["window"][0] / repeats
 
 
 WARM_LENGTH = 8  # the peak-memory baseline: one step on this many positions

@@ -11,10 +11,12 @@ sizes, and each kind's share of the op time at each batch size.
 """
 
 import collections
+import functools
 import glob
 import re
 import tempfile
-import time
+
+from keras_transformer.benchmark.timing import fastest_of_alternating
 
 # (kind, pattern on "scope/name:Type"), first match wins. The scopes are those of the
 # exported search (decoding/beam.py, decoding/steps.py, layers/).
@@ -120,17 +122,16 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
         `{batch_size: {"sentences_per_second": float, "wall_seconds": float, "op_seconds": float,
         "kinds": {kind: seconds}, "types": {type: seconds}}}`.
     """
-    from keras_transformer.decoding.translator import SavedModelTranslator
+    from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
 
-    translators = {size: SavedModelTranslator(export_dir, batch_size=size) for size in batch_sizes}
+    translate_batch = SavedModelTranslator(export_dir).translate_batch
+    translators = {size: functools.partial(translate_in_batches, translate_batch, batch_size=size)
+                   for size in batch_sizes}
     for size, translator in translators.items():
         translator(sources[:size])  # trace this batch shape's graph
-    best = {size: float("inf") for size in batch_sizes}
-    for _ in range(rounds):
-        for size, translator in translators.items():
-            start = time.perf_counter()
-            translator(sources)
-            best[size] = min(best[size], time.perf_counter() - start)
+    fastest = fastest_of_alternating({size: functools.partial(translator, sources)
+                                      for size, translator in translators.items()}, rounds)
+    best = {size: seconds for size, (seconds, _) in fastest.items()}
     results = {}
     for size, translator in translators.items():
         _, times = op_times(translator, sources[:profile_sentences])

@@ -6,6 +6,7 @@ A `Row` is `(name, ours, base, ratio, target)`: `ratio` is ours over the peer or
 """
 
 import collections
+import functools
 import tempfile
 import time
 
@@ -16,11 +17,9 @@ from keras_transformer.benchmark.decoding import benchmark_decoding
 from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
 from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
-from keras_transformer.benchmark.timing import compare_steps, make_train_step
+from keras_transformer.benchmark.timing import compare_steps, fastest_of_alternating, make_train_step
 from keras_transformer.data.pipeline import make_dataset
-from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.options import SearchOptions
-from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.runs import load_run
 
@@ -136,9 +135,9 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
                      sweep_sentences=256, rounds=3, tokenize="13a", log=print):
     """Row e: the same weights and sentences decoded four ways, timed alternately in one run.
 
-    Our exported SavedModel (text in, text out: its time includes tokenizing and
-    detokenizing), our in-process search (`make_search_fn`, graph mode, on tokenized
-    length-sorted batches), and CTranslate2 float32 and int8 exports of the run
+    Every engine takes text and returns text, so every time includes tokenizing and
+    detokenizing: our exported SavedModel, our in-process `decoding.Translator` (graph
+    mode), and CTranslate2 float32 and int8 exports of the run
     (`export.ctranslate2`; CTranslate2 calls hold sources of one length, so its length
     limits equal ours). Each engine gets the batch size that is fastest for it: every size
     in `batch_sizes` is timed on the first `sweep_sentences` sentences (the curve is
@@ -167,8 +166,7 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
     """
     import ctranslate2
 
-    from keras_transformer.benchmark.decoding import source_batches
-    from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
+    from keras_transformer.decoding.translator import SavedModelTranslator, Translator, translate_in_batches
     from keras_transformer.evaluation.bleu import corpus_bleu
     from keras_transformer.export import TranslationModule, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
@@ -185,67 +183,45 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
         exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="benchmark",
                                       verify=False, check_ops=False)
         saved_model = SavedModelTranslator(str(exported.path))
-        search_fn = make_search_fn(model, "beam", use_cache=True, **search)
-        ct2 = {}
+        in_process = Translator(model, tokenizer, "beam", **search)
+        engines = {  # texts, batch size -> translations
+            "SavedModel": lambda texts, size: translate_in_batches(saved_model.translate_batch, texts, size)[0],
+            "in-process search": lambda texts, size: translate_in_batches(in_process.translate_batch, texts, size)[0],
+        }
         for quantization in ("float32", "int8"):
             path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization)
-            ct2[quantization] = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
-
-        def in_process(texts, batch_size):  # tokenized outside the timed search, as a library user would batch
-            batches = source_batches(tokenizer, texts, batch_size, config.max_length)
-            start = time.perf_counter()
-            results = [search_fn(batch) for batch in batches]
-            outputs = [row for result in results for row in best_hypotheses(
-                result["token_ids"].numpy(), result["scores"].numpy())[0]]
-            seconds = time.perf_counter() - start
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)  # source_batches' order
-            translations = [None] * len(texts)
-            for index, row in zip(order, outputs):
-                translations[index] = detokenize([row[row != PAD_ID]])[0]
-            return seconds, translations
-
-        def timed(translate):
-            def run(texts, batch_size):
-                start = time.perf_counter()
-                translations = translate(texts, batch_size)
-                return time.perf_counter() - start, translations
-            return run
-
-        engines = {
-            "SavedModel": timed(lambda texts, size: translate_in_batches(saved_model.translate_batch, texts, size)[0]),
-            "in-process search": in_process,
-        }
-        for quantization, translator in ct2.items():
-            engines[f"CTranslate2 {quantization}"] = timed(
+            translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
+            engines[f"CTranslate2 {quantization}"] = (
                 lambda texts, size, translator=translator: detokenize(translate_ctranslate2(
                     translator, tokenizer, texts, **search, max_source_length=config.max_length,
                     max_batch_size=size)[0]))
 
         sweep = sources[:sweep_sentences]
+        for translate in engines.values():
+            translate(sweep[: max(batch_sizes)], max(batch_sizes))  # warm-up: loads and traces
         curve = {engine: {} for engine in engines}
-        for engine, run in engines.items():
-            run(sweep[: max(batch_sizes)], max(batch_sizes))  # warm-up: loads and traces
-            for size in batch_sizes:
-                curve[engine][size] = len(sweep) / run(sweep, size)[0]
+        for size in batch_sizes:
+            timed = fastest_of_alternating(
+                {engine: functools.partial(translate, sweep, size) for engine, translate in engines.items()}, rounds=1)
+            for engine, (seconds, _) in timed.items():
+                curve[engine][size] = len(sweep) / seconds
         chosen = {engine: max(rates, key=rates.get) for engine, rates in curve.items()}
         log(f"e. batch-size sweep on {len(sweep)} sentences (sentences/s):")
         log(f"   {'engine':22s} " + " ".join(f"{size:>8d}" for size in batch_sizes))
         for engine, rates in curve.items():
             log(f"   {engine:22s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
 
-        best, translations = {engine: float("inf") for engine in engines}, {}
-        for _ in range(rounds):
-            for engine, run in engines.items():
-                seconds, translations[engine] = run(sources, chosen[engine])
-                best[engine] = min(best[engine], seconds)
+        fastest = fastest_of_alternating(
+            {engine: functools.partial(translate, sources, chosen[engine]) for engine, translate in engines.items()},
+            rounds)
 
     log(f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
         f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}")
     log(f"   {'engine':22s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
     rates = {}
-    for engine, seconds in best.items():
-        tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations[engine]).to_list())
-        bleu = corpus_bleu(translations[engine], references, tokenize=tokenize)[0]
+    for engine, (seconds, translations) in fastest.items():
+        tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations).to_list())
+        bleu = corpus_bleu(translations, references, tokenize=tokenize)[0]
         rates[engine] = len(sources) / seconds
         log(f"   {engine:22s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
     base = rates["CTranslate2 float32"]

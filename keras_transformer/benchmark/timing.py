@@ -59,3 +59,26 @@ def compare_steps(first, second, rounds=3):
         for index, (step, batches) in enumerate((first, second)):
             best[index] = min(best[index], time_steps(step, batches))
     return tuple(best)
+
+
+def fastest_of_alternating(workloads, rounds=3):
+    """Time several workloads in turn, `rounds` times; each keeps its fastest round.
+
+    Args:
+        workloads: `{name: run}`, `run()` doing one timed unit of work and returning its result.
+        rounds: passes over all the workloads.
+
+    Returns:
+        `{name: (fastest seconds, result of the last round)}`, in the order of `workloads`.
+
+    >>> fastest = fastest_of_alternating({"a": lambda: 1, "b": lambda: 2}, rounds=2)
+    >>> list(fastest), fastest["b"][1]
+    (['a', 'b'], 2)
+    """
+    best = {name: (float("inf"), None) for name in workloads}
+    for _ in range(rounds):
+        for name, run in workloads.items():
+            start = time.perf_counter()
+            result = run()
+            best[name] = (min(best[name][0], time.perf_counter() - start), result)
+    return best

@@ -20,7 +20,7 @@ from keras_transformer.decoding.greedy import filter_logits, greedy_search, reco
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.lengths import length_penalty
 from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions
-from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn, options_from_config
+from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep, make_step
 from keras_transformer.decoding.translator import (
     SavedModelTranslator,
@@ -51,7 +51,6 @@ __all__ = [
     "length_penalty",
     "make_search_fn",
     "make_step",
-    "options_from_config",
     "recompute_beam_search",
     "recompute_greedy_search",
     "resolve_saved_model",

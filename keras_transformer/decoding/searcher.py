@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.greedy import greedy_search, sample
-from keras_transformer.decoding.options import SearchOptions, check_method
+from keras_transformer.decoding.options import check_method
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep
 
 METHODS = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
@@ -65,21 +65,6 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
         return {"token_ids": token_ids, "scores": scores}
 
     return search_fn
-
-
-def options_from_config(config, method="beam"):
-    """The search settings stored in a `TransformerConfig`, as keyword arguments.
-
-    `beam_size`, `length_penalty` and `max_output_offset` for "beam"; only
-    `max_output_offset` for "greedy" and "sample".
-
-    Example:
-
-    >>> from keras_transformer import get_preset
-    >>> options_from_config(get_preset("base"))
-    {'beam_size': 4, 'length_penalty': 0.6, 'max_output_offset': 50}
-    """
-    return SearchOptions.from_config(config, method).kwargs()
 
 
 def best_hypotheses(outputs, scores):

@@ -1,4 +1,4 @@
-"""Evaluation: sacreBLEU BLEU/chrF, evaluating runs and SavedModels, decoding speed.
+"""Evaluation: sacreBLEU BLEU/chrF, evaluating runs and SavedModels (decoding speed: `keras_transformer.benchmark`).
 
 Example:
 
@@ -19,16 +19,13 @@ from keras_transformer.evaluation.evaluate import (
     score_checkpoints,
     write_lines,
 )
-from keras_transformer.evaluation.speed import DecodingSpeed, benchmark_decoding, format_speed_table
 from keras_transformer.runs import checkpoint_step
 
 __all__ = [
     "TOKENIZERS",
     "CheckpointScore",
     "CorpusScores",
-    "DecodingSpeed",
     "EvaluationResult",
-    "benchmark_decoding",
     "checkpoint_step",
     "corpus_bleu",
     "corpus_chrf",
@@ -36,7 +33,6 @@ __all__ = [
     "evaluate_run",
     "evaluate_saved_model",
     "evaluate_translator",
-    "format_speed_table",
     "score_checkpoints",
     "score_corpus",
     "write_lines",

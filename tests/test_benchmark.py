@@ -172,7 +172,31 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
                 "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
+    for name in ("a. train steps/s", "b1. ", "b2. ", "c1. ", "c2. "):  # printed as measured, then in the table
+        assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
+
+
+def test_compare_steps_warms_up_each_shape_once_then_times_every_round():
+    """The first round traces every distinct batch shape before its clock starts; later rounds only time."""
+    from keras_transformer.benchmark.timing import compare_steps
+
+    calls = {"first": 0, "second": 0}
+
+    def counting(name):
+        def step(inputs, labels):
+            calls[name] += 1
+            return 0.0
+
+        return step
+
+    def batch(width):
+        return {"source_ids": np.zeros((2, width)), "target_ids": np.zeros((2, width))}, None
+
+    batches = [batch(4), batch(8), batch(4)]  # two shapes, three batches
+    seconds = compare_steps((counting("first"), batches), (counting("second"), batches[:1]), rounds=3)
+    assert calls == {"first": 2 + 3 * 3, "second": 1 + 3 * 1}
+    assert all(value >= 0 for value in seconds)
 
 
 def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):

@@ -3,16 +3,19 @@
 import numpy as np
 
 
+def format_row(row):
+    """One row as a fixed-width line, with "ok"/"MISSED" against its target (`format_table`'s columns)."""
+    name, ours_value, peer_value, ratio, target = row
+    if target is None:
+        return f"{name:60s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {'-':>8s}"
+    mark = "ok" if ratio >= target else "MISSED"
+    return f"{name:60s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}"
+
+
 def format_table(rows):
-    """The rows as a fixed-width table, one line each, with "ok"/"MISSED" against the target."""
-    lines = [f"{'measurement':52s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}"]
-    for name, ours_value, peer_value, ratio, target in rows:
-        if target is None:
-            lines.append(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {'-':>8s}")
-            continue
-        mark = "ok" if ratio >= target else "MISSED"
-        lines.append(f"{name:52s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}")
-    return "\n".join(lines)
+    """The rows as a fixed-width table under a header, one line each."""
+    header = f"{'measurement':60s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}"
+    return "\n".join([header] + [format_row(row) for row in rows])
 
 
 def plot_ratios(rows, path):

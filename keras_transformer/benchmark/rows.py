@@ -17,6 +17,7 @@ from keras_transformer.benchmark.decoding import benchmark_decoding
 from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
 from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
+from keras_transformer.benchmark.report import format_row, format_table
 from keras_transformer.benchmark.timing import compare_steps, fastest_of_alternating, make_train_step
 from keras_transformer.data.pipeline import make_dataset
 from keras_transformer.decoding.options import SearchOptions
@@ -43,7 +44,8 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
         jit_compile: compile both training steps with XLA.
         seed: of the bucketed pipeline.
         fma_units: FMA units per CPU core for the peak of row c1.
-        log: prints the parameter counts and the peak's inputs.
+        log: prints the parameter counts, the peak's inputs and each row as it is measured
+            (the whole table takes minutes on a CPU).
 
     Returns:
         a list of `Row`s.
@@ -54,13 +56,18 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     log(f"config: {config.architecture()}")
     log(f"parameters: ours {ours.count_params():,}, keras-hub {peer.count_params():,}")
     rows = []
+    log(format_table([]))  # the header; each row follows as it is measured
+
+    def measured(row):
+        rows.append(row)
+        log(format_row(row))
 
     # a. identical padded batches
     padded = padded_batches(pairs, tokenizer, padded_length, padded_batch, steps)
     ours_step = make_train_step(ours, config, jit_compile)
     peer_step = make_train_step(peer, config, jit_compile)
     ours_seconds, peer_seconds = compare_steps((ours_step, padded), (peer_step, padded), rounds)
-    rows.append(Row("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
+    measured(Row("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
                  peer_seconds / ours_seconds, 1.25))
 
     # b1. real target tokens/s, ours vs the peer, both on our bucketed batches
@@ -68,7 +75,7 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
                                  seed=seed).take(steps))
     bucketed_tokens = sum(real_lengths(bucketed)[1])
     ours_seconds, peer_seconds = compare_steps((ours_step, bucketed), (peer_step, bucketed), rounds)
-    rows.append(Row("b1. real target tokens/s, same bucketed batches", bucketed_tokens / ours_seconds,
+    measured(Row("b1. real target tokens/s, same bucketed batches", bucketed_tokens / ours_seconds,
                  bucketed_tokens / peer_seconds, peer_seconds / ours_seconds, 1.25))
 
     # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
@@ -76,7 +83,7 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     fixed_tokens = sum(real_lengths(fixed)[1])
     bucketed_seconds, fixed_seconds = compare_steps((ours_step, bucketed), (ours_step, fixed), rounds)
     bucketed_rate, fixed_rate = bucketed_tokens / bucketed_seconds, fixed_tokens / fixed_seconds
-    rows.append(Row("b2. real target tokens/s, bucketed vs fixed padding, ours", bucketed_rate, fixed_rate,
+    measured(Row("b2. real target tokens/s, bucketed vs fixed padding, ours", bucketed_rate, fixed_rate,
                  bucketed_rate / fixed_rate, 3.0))
 
     # c. model FLOP utilization on real tokens: against the hardware peak, and (separately)
@@ -85,10 +92,10 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     achieved = training_flops(config, source_lengths, target_lengths) / ours_seconds
     peak = hardware_peak(keras.dtype_policies.get(policy).compute_dtype, fma_units=fma_units)
     log(f"peak: {peak.describe()}")
-    rows.append(Row(f"c1. MFU: training FLOP/s / {peak.dtype} peak", achieved / 1e9, peak.flops_per_second / 1e9,
+    measured(Row(f"c1. MFU: training FLOP/s / {peak.dtype} peak", achieved / 1e9, peak.flops_per_second / 1e9,
                  achieved / peak.flops_per_second, None))
     matmul = matmul_flops_per_second()
-    rows.append(Row("c2. training FLOP/s / measured float32 matmul FLOP/s", achieved / 1e9, matmul / 1e9,
+    measured(Row("c2. training FLOP/s / measured float32 matmul FLOP/s", achieved / 1e9, matmul / 1e9,
                  achieved / matmul, 0.60))
     return rows
 

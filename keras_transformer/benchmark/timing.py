@@ -27,15 +27,16 @@ def make_train_step(model, config, jit_compile=False):
 
 
 def time_steps(step, batches, warmup=1):
-    """Seconds to run `step` over `batches` (a list), after `warmup` passes over distinct shapes.
+    """Seconds to run `step` over `batches` (a list), after `warmup` steps on each distinct shape.
 
-    Every distinct batch shape is traced during the warmup, so the timed pass measures
-    steady-state execution only.
+    With `warmup` >= 1 every distinct batch shape is traced before the clock starts, so the
+    timed pass measures steady-state execution only; `warmup=0` times the batches as they
+    come (for a step already warmed up on them).
     """
     seen = set()
     for inputs, labels in batches:
         shape = (tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape))
-        if shape not in seen or warmup > 1:
+        if shape not in seen:
             seen.add(shape)
             for _ in range(warmup):
                 float(step(inputs, labels))
@@ -50,14 +51,13 @@ def compare_steps(first, second, rounds=3):
     """Best-of-`rounds` seconds of two `(step, batches)` workloads, timed alternately.
 
     Alternating the two and keeping each one's fastest round makes the ratio robust to
-    other load on the machine that comes and goes during the measurement.
+    other load on the machine that comes and goes during the measurement. Each workload is
+    warmed up on every distinct batch shape it holds (tracing) in the first round only.
     """
-    for step, batches in (first, second):
-        time_steps(step, batches[:1] if len(batches) > 1 else batches)  # trace
     best = [float("inf"), float("inf")]
-    for _ in range(rounds):
+    for round_index in range(rounds):
         for index, (step, batches) in enumerate((first, second)):
-            best[index] = min(best[index], time_steps(step, batches))
+            best[index] = min(best[index], time_steps(step, batches, warmup=1 if round_index == 0 else 0))
     return tuple(best)
 
 

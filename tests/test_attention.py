@@ -220,6 +220,26 @@ def test_self_attention_cache_in_chunks_equals_full_pass():
     np.testing.assert_allclose(np.concatenate([as_numpy(first), as_numpy(second)], axis=1), full, rtol=0, atol=ATOL)
 
 
+def test_growing_self_attention_cache_equals_full_pass():
+    """`init_cache(B, None)`: the cache holds exactly the positions decoded so far, one or several per call."""
+    rng = np.random.default_rng(7)
+    inputs = random_floats(rng, B, T, D)
+    layer = MultiHeadAttention(num_heads=H)
+    full = as_numpy(layer(inputs, inputs, use_causal_mask=True))
+    cache = layer.init_cache(B, None)
+    assert set(cache) == {"past_key", "past_value"} and tuple(cache["past_key"].shape) == (B, H, 0, D // H)
+    steps = []
+    for index in range(3):
+        outputs, cache = layer(inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True)
+        assert tuple(cache["past_key"].shape) == (B, H, index + 1, D // H)
+        steps.append(as_numpy(outputs))
+    rest, cache = layer(inputs[:, 3:], cache=cache, cache_index=3, use_causal_mask=True)  # a chunk of T - 3
+    np.testing.assert_allclose(np.concatenate(steps + [as_numpy(rest)], axis=1), full, rtol=0, atol=ATOL)
+    projected = layer.compute_cache(inputs)
+    np.testing.assert_allclose(as_numpy(cache["past_key"]), as_numpy(projected["key"]), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(as_numpy(cache["past_value"]), as_numpy(projected["value"]), rtol=0, atol=ATOL)
+
+
 def test_cross_attention_static_cache_equals_full_pass_with_source_padding():
     rng = np.random.default_rng(7)
     query, memory = random_floats(rng, B, T, D), random_floats(rng, B, S, D)

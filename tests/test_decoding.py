@@ -263,6 +263,27 @@ def test_xla_matches_graph_and_eager(copy_model, method, options):
         np.testing.assert_allclose(outputs["scores"], eager[1], rtol=1e-4, atol=1e-5)
 
 
+def test_cached_step_grows_its_cache_outside_xla_only(random_model):
+    """Graph mode: a cache of the positions decoded so far (a beam reorder copies only those);
+    XLA: the static buffer of L slots."""
+    from keras_transformer.decoding.steps import CachedStep
+
+    step = CachedStep(random_model)
+
+    def self_cache_lengths(jit_compile):
+        @tf.function(jit_compile=jit_compile)
+        def lengths(source_ids):
+            state = step.initialize(source_ids, 12, num_copies=2)
+            state = step.reorder(step.step(state, tf.ones([2 * len(SOURCES), 13], tf.int32), tf.constant(0))[1],
+                                 tf.range(2 * len(SOURCES)))
+            return {name: tf.shape(tensor)[2] for name, tensor in state["cache"][0]["self"].items()}
+
+        return {name: int(length) for name, length in lengths(SOURCES).items()}
+
+    assert self_cache_lengths(False) == {"past_key": 1, "past_value": 1}
+    assert self_cache_lengths(True) == {"key": 12, "value": 12}
+
+
 def test_xla_recompute_baseline(copy_model):
     cached = make_search_fn(copy_model, "greedy", jit_compile=True, max_length=12)(SOURCES)
     recomputed = make_search_fn(copy_model, "greedy", use_cache=False, jit_compile=True, max_length=12)(SOURCES)

@@ -191,8 +191,12 @@ def cached_logits(model, decode_step, max_length, cache_index=lambda index: inde
         logits, cache = result
         assert isinstance(cache, tuple) and len(cache) == TINY["num_decoder_layers"]
         assert set(cache[0]) == {"self", "cross"}
-        slots = min(model.config.attention_window or max_length, max_length)  # a ring of r slots with a window
-        assert tuple(cache[0]["self"]["key"].shape) == (2, TINY["num_heads"], slots, 8)
+        window = model.config.attention_window
+        if max_length is None and not window:  # growing: the positions decoded so far
+            assert tuple(cache[0]["self"]["past_key"].shape) == (2, TINY["num_heads"], index + 1, 8)
+        else:
+            slots = min(window or max_length, max_length or window)  # a ring of r slots with a window
+            assert tuple(cache[0]["self"]["key"].shape) == (2, TINY["num_heads"], slots, 8)
         steps.append(as_numpy(logits))
     return np.concatenate(steps, axis=1)
 
@@ -202,9 +206,10 @@ def test_cached_decoding_equals_the_full_model(variant):
     model = Transformer(tiny_config(**VARIANTS[variant]))
     full = logits_of(model)
     real = TARGET != 0
-    stepwise = cached_logits(model, model.decode_step, max_length=8)
-    assert stepwise.shape == full.shape
-    np.testing.assert_allclose(stepwise[real], full[real], rtol=0, atol=ATOL)
+    for max_length in (8, None):  # a preallocated buffer; a growing cache (a ring with a window)
+        stepwise = cached_logits(model, model.decode_step, max_length=max_length)
+        assert stepwise.shape == full.shape
+        np.testing.assert_allclose(stepwise[real], full[real], rtol=0, atol=ATOL)
 
 
 def test_cached_decoding_in_a_tf_function(model):

@@ -1,9 +1,10 @@
 """Search algorithms over the cached decoder step: greedy, beam (GNMT length penalty), sampling.
 
-Every search is one `tf.while_loop` with static shapes over a step function, so it runs
-eagerly, under `tf.function`, under XLA (`jit_compile=True`) and inside exported
-SavedModels. `CachedStep` uses the model's preallocated key/value cache; `RecomputeStep`
-re-runs the full decoder every step (the baseline, `use_cache=False`).
+Every search is one `tf.while_loop` over a step function (static shapes under XLA), so it
+runs eagerly, under `tf.function`, under XLA (`jit_compile=True`) and inside exported
+SavedModels. `CachedStep` uses the model's key/value cache (growing with the output,
+preallocated under XLA); `RecomputeStep` re-runs the full decoder every step (the
+baseline, `use_cache=False`).
 
 Example:
 

@@ -3,7 +3,7 @@
 Shape letters: B batch, K beam size, N = B * K, L output buffer length, V vocabulary size,
 R = num_return.
 
-One `tf.while_loop` with static shapes over a step function (see `steps.py`): runs
+One `tf.while_loop` over a step function (see `steps.py`; static shapes under XLA): runs
 eagerly, under `tf.function`, under XLA and inside an exported SavedModel.
 
 The algorithm, per sentence, at step t (every alive hypothesis has t tokens):
@@ -32,7 +32,7 @@ import tensorflow as tf
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
-from keras_transformer.decoding.steps import make_step
+from keras_transformer.decoding.steps import loop_shape_invariants, make_step
 from keras_transformer.layers.tracing import in_xla_context
 
 _NEG_INF = -math.inf
@@ -173,22 +173,16 @@ def beam_search(
         return index + 1, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
 
     loop_vars = (tf.constant(0, tf.int32), active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state)
-    shape_invariants = None
-    if compact:  # the working set's leading axis shrinks; the full-batch results keep theirs
-
-        def varying(structure):
-            return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(tensor.shape[1:]), structure)
-
-        shape_invariants = (
-            tf.TensorShape([]),
-            varying(active),
-            varying(alive_ids),
-            varying(alive_log_probs),
-            finished_ids.shape,
-            finished_scores.shape,
-            done.shape,
-            varying(state),
-        )
+    # With `compact` the working set's leading axis shrinks (the full-batch results keep
+    # theirs); a growing cache's length axis grows.
+    shape_invariants = (
+        tf.TensorShape([]),
+        *loop_shape_invariants((active, alive_ids, alive_log_probs), rows_vary=compact),
+        finished_ids.shape,
+        finished_scores.shape,
+        done.shape,
+        loop_shape_invariants(state, rows_vary=compact),
+    )
     _, _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(
         cond, body, loop_vars, shape_invariants=shape_invariants
     )

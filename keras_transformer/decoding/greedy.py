@@ -2,7 +2,7 @@
 
 Shape letters: B batch, S source length, L output buffer length, V vocabulary size.
 
-Both run one `tf.while_loop` with static shapes over a step function (see `steps.py`), so
+Both run one `tf.while_loop` over a step function (see `steps.py`; static shapes under XLA), so
 they work eagerly, under `tf.function`, under `tf.function(jit_compile=True)` and inside
 an exported SavedModel. The loop ends when every sentence has emitted EOS or reached its
 length limit (see `lengths.py`).
@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from keras_transformer.decoding.steps import make_step
+from keras_transformer.decoding.steps import loop_shape_invariants, make_step
 
 # 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.
 _UNIT = 1.0 / (1 << 24)
@@ -49,9 +49,9 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
         finished = finished | tf.equal(tokens, EOS_ID) | (index + 1 >= limits)
         return index + 1, target_ids, scores, finished, state
 
-    _, target_ids, scores, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0, tf.int32), target_ids, scores, finished, state)
-    )
+    loop_vars = (tf.constant(0, tf.int32), target_ids, scores, finished, state)
+    shape_invariants = (*(value.shape for value in loop_vars[:4]), loop_shape_invariants(state))  # a cache may grow
+    _, target_ids, scores, _, _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants)
     return target_ids[:, 1:], scores
 
 

@@ -20,9 +20,12 @@ sentences)`: `sentences (A',)` lists the sentences (positions in the current row
 sentence order) that go on, `indices (A' * K,)` their new rows; beam search then stops
 computing the sentences that are done.
 
-`CachedStep` feeds one token per step through `model.decode_step` with the preallocated
-key/value buffer from `model.init_cache`; `RecomputeStep` re-runs the whole decoder
+`CachedStep` feeds one token per step through `model.decode_step` with the key/value
+cache from `model.init_cache`; `RecomputeStep` re-runs the whole decoder
 (`model.decode`) over the prefix every step, the uncached baseline.
+
+A state may hold tensors that grow along an axis from step to step (a growing cache);
+the searches' `tf.while_loop`s take their shape invariants from `loop_shape_invariants`.
 
 A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode` and
 `decode` (recompute), with the signatures of `keras_transformer.Transformer`.
@@ -30,6 +33,7 @@ A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode`
 
 import tensorflow as tf
 
+from keras_transformer.layers.attention import CACHE_LENGTH_AXIS, GROWING_CACHE_KEYS
 from keras_transformer.layers.tracing import in_xla_context
 
 
@@ -47,9 +51,9 @@ def reorder_cache(cache, indices):
     they are identical for all beams of a sentence and `indices` never cross sentences,
     so gathering them would only copy memory.
 
-    The self-attention buffers are gathered whole: a row of a `(N, H, L, D)` buffer is
-    contiguous, so this is one memory copy per row, cheaper on CPU than gathering only
-    the written slots and writing them back (both are strided copies).
+    A growing cache (`CachedStep` outside XLA) holds only the positions decoded so far,
+    so this copies `t` positions per row at step `t`; a preallocated `(N, H, L, D)`
+    buffer (under XLA) is gathered whole, `L` slots per row.
     """
     return _map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
 
@@ -60,6 +64,41 @@ def _shares_cross_cache(model):
     return bool(getattr(model, "supports_shared_cross_cache", False))
 
 
+def _shares_growing_cache(model):
+    """Whether `model.init_cache(encoder_outputs, None)` gives caches that grow with each
+    `decode_step` (see `Transformer.init_cache`)."""
+    return bool(getattr(model, "supports_growing_cache", False))
+
+
+def loop_shape_invariants(state, rows_vary=False):
+    """The `tf.while_loop` shape invariants of a step's `state`.
+
+    Args:
+        state: the nested state of a step object (`initialize` / `step`).
+        rows_vary: whether the leading axis changes between iterations (sentences leave
+            the working set).
+
+    Returns:
+        `state`'s structure of `tf.TensorShape`s: each tensor's own shape, with axis 0
+        unknown when `rows_vary`, and the length axis of growing caches
+        (`layers.attention.GROWING_CACHE_KEYS`) unknown.
+    """
+
+    def invariant(structure, growing=False):
+        if isinstance(structure, dict):
+            return {key: invariant(value, key in GROWING_CACHE_KEYS) for key, value in structure.items()}
+        if isinstance(structure, (list, tuple)):
+            return type(structure)(invariant(value) for value in structure)
+        dims = list(structure.shape)
+        if rows_vary:
+            dims[0] = None
+        if growing:
+            dims[CACHE_LENGTH_AXIS] = None
+        return tf.TensorShape(dims)
+
+    return invariant(state)
+
+
 def _gather_rows(structure, rows):
     """Gather every tensor of `structure` along axis 0 by `rows`."""
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows, axis=0), structure)
@@ -68,9 +107,13 @@ def _gather_rows(structure, rows):
 class CachedStep:
     """Incremental decoding: one new token per step, self-attention keys/values cached.
 
-    The cache comes from `model.init_cache(encoder_outputs, L)`: a fixed-size
-    self-attention buffer of `L` slots per layer (written at `index` by
-    `model.decode_step`) and the encoder-decoder keys/values, computed once per source.
+    The cache comes from `model.init_cache(encoder_outputs, L)`: a self-attention buffer
+    per layer and the encoder-decoder keys/values, computed once per source. The buffer
+    grows by one position per step when the model supports it
+    (`supports_growing_cache = True`, as `Transformer`) and the search does not run under
+    XLA: each step and each beam reorder then copies only the positions decoded so far.
+    Otherwise (XLA needs static shapes) it is preallocated with `L` slots and written at
+    `index` by `model.decode_step`.
     The self-attention buffers are tiled to the `K` copies; the encoder-decoder part
     (under `"cross"`) and the source mask too, unless the model sets
     `supports_shared_cross_cache = True` (as `Transformer` does): then they keep one row
@@ -87,7 +130,8 @@ class CachedStep:
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
-        cache = self.model.init_cache(encoder_outputs, buffer_size)  # computed once per source
+        grows = _shares_growing_cache(self.model) and not in_xla_context()
+        cache = self.model.init_cache(encoder_outputs, None if grows else buffer_size)  # once per source
         shared = _shares_cross_cache(self.model)
 
         def tile(structure):

@@ -18,6 +18,11 @@ from keras_transformer.layers.tracing import in_xla_context
 # mixed precision), where -1e9 underflows exp() to exactly 0.
 MASK_VALUE = -1e9
 
+# A growing self-attention cache (`MultiHeadAttention.init_cache(B, None)`): these keys
+# hold `(B, H, t, D)` tensors, the `t` positions decoded so far, along CACHE_LENGTH_AXIS.
+GROWING_CACHE_KEYS = ("past_key", "past_value")
+CACHE_LENGTH_AXIS = 2
+
 
 def _write_positions(buffer, updates, start):
     """`buffer` `(B, H, L, D)` with `updates` `(B, H, Q, D)` written at positions `start .. start + Q - 1`.
@@ -249,6 +254,13 @@ class MultiHeadAttention(keras.layers.Layer):
       query. With `attention_window=r` the buffer is a ring of `r` slots (see
       `init_cache`): position `p` is written to slot `p mod r` and a query sees the
       slots holding the last `r` positions, so the cache does not grow with the length.
+    * with `cache_index` and a growing cache (`init_cache(B, None)`: `{"past_key": (B, H,
+      t, Dk), "past_value": (B, H, t, Dv)}` holding exactly the `t = cache_index` positions
+      decoded so far): the new keys/values are appended, and the queries attend over all
+      `t + Q`. Each step then copies only the positions decoded so far, and so does a beam
+      search reordering the cache, instead of a buffer sized for the longest output; it
+      needs a `tf.while_loop` shape invariant with the length axis unknown
+      (`decoding.loop_shape_invariants`) and is not for XLA, which needs static shapes.
     * without `cache_index` (encoder-decoder attention): the cache holds keys/values
       computed once by `compute_cache(encoder_outputs)` and is reused every step; the
       `value`/`key` arguments are ignored. The cache may have fewer rows than the query,
@@ -405,12 +417,20 @@ class MultiHeadAttention(keras.layers.Layer):
         """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`.
 
         With `attention_window=r` the buffer is a ring of `min(r, max_length)` slots (`r`
-        when `max_length` is a tensor), whatever the number of positions decoded.
+        when `max_length` is a tensor or `None`), whatever the number of positions decoded.
+        `max_length=None` without a window: a growing cache, `{"past_key": (B, H, 0, Dk),
+        "past_value": (B, H, 0, Dv)}`, that each call appends to (see the class docstring).
         """
+        dtype = self.compute_dtype
+        if max_length is None and not self.attention_window:
+            key_name, value_name = GROWING_CACHE_KEYS
+            return {
+                key_name: ops.zeros((batch_size, self.num_heads, 0, self._key_dim), dtype=dtype),
+                value_name: ops.zeros((batch_size, self.num_heads, 0, self._value_dim), dtype=dtype),
+            }
         slots = max_length
         if self.attention_window:
             slots = min(self.attention_window, max_length) if isinstance(max_length, numbers.Integral) else self.attention_window
-        dtype = self.compute_dtype
         return {
             "key": ops.zeros((batch_size, self.num_heads, slots, self._key_dim), dtype=dtype),
             "value": ops.zeros((batch_size, self.num_heads, slots, self._value_dim), dtype=dtype),
@@ -501,12 +521,26 @@ class MultiHeadAttention(keras.layers.Layer):
         else:  # self-attention: write the new positions into the buffer
             key = query if key is None else key
             value = query if value is None else value
-            new_keys = ops.cast(self._project(key, self.key_kernel, getattr(self, "key_bias", None)), cache["key"].dtype)
+            growing = GROWING_CACHE_KEYS[0] in cache
+            buffers = tuple(cache[name] for name in (GROWING_CACHE_KEYS if growing else ("key", "value")))
+            new_keys = ops.cast(self._project(key, self.key_kernel, getattr(self, "key_bias", None)), buffers[0].dtype)
             new_values = ops.cast(
-                self._project(value, self.value_kernel, getattr(self, "value_bias", None)), cache["value"].dtype
+                self._project(value, self.value_kernel, getattr(self, "value_bias", None)), buffers[1].dtype
             )
             key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
-            if self.attention_window:  # a ring of r slots; the mask holds the band and the causality
+            if growing:  # exactly the positions decoded so far, then the new ones
+                if self.attention_window:
+                    raise ValueError(
+                        "A layer with attention_window keeps a ring of r slots (init_cache(B, max_length)), "
+                        "not a growing cache. Received: a cache with past_key"
+                    )
+                keys = ops.concatenate([buffers[0], new_keys], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dk)
+                values = ops.concatenate([buffers[1], new_values], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dv)
+                cache = dict(zip(GROWING_CACHE_KEYS, (keys, values)))
+                causal_offset = cache_index
+                if attention_mask is not None:
+                    attention_mask = attention_mask[:, :, : cache_index + query_length]
+            elif self.attention_window:  # a ring of r slots; the mask holds the band and the causality
                 keys, values, cache, attention_mask = self._ring_step(
                     cache, new_keys, new_values, cache_index, query_length, attention_mask, use_causal_mask
                 )

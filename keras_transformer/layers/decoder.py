@@ -26,7 +26,8 @@ class DecoderBlock(TransformerBlock):
     block with `cache=` and `cache_index=` (the position of the first new target token)
     writes the new keys/values into the buffer and returns `(outputs, cache)`, every time.
     With `attention_window=r` the self-attention buffer is a ring of `min(r, max_length)`
-    slots (see `MultiHeadAttention`).
+    slots; without one, `max_length=None` gives a growing cache that holds exactly the
+    positions decoded so far (see `MultiHeadAttention`).
 
     Args:
         num_heads: attention heads H (must divide D unless `key_dim` is given).
@@ -91,7 +92,7 @@ class DecoderBlock(TransformerBlock):
 
     def init_cache(self, encoder_sequence, max_length):
         """Empty self-attention buffer of `max_length` slots (`min(r, max_length)` with
-        `attention_window=r`) plus encoder-decoder keys/values."""
+        `attention_window=r`; growing with `max_length=None`) plus encoder-decoder keys/values."""
         batch_size = ops.shape(encoder_sequence)[0]
         return {
             "self": self.self_attention.init_cache(batch_size, max_length),

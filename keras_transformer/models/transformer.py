@@ -51,6 +51,9 @@ class Transformer(keras.Model):
     # sentence for `B * C` token rows (C copies per sentence, as in beam search); see
     # `decoding.CachedStep`.
     supports_shared_cross_cache = True
+    # `init_cache(encoder_outputs, None)` gives growing self-attention caches (ring buffers
+    # with a window); see `decoding.CachedStep`.
+    supports_growing_cache = True
 
     def __init__(self, config, dtype=None, **kwargs):
         if isinstance(config, str):
@@ -212,11 +215,13 @@ class Transformer(keras.Model):
 
     def init_cache(self, encoder_outputs, max_length):
         """Per-decoder-layer caches: empty self-attention buffers of `max_length` slots (a
-        ring of `min(attention_window, max_length)` slots with a window) and the
-        encoder-decoder keys/values computed once from `encoder_outputs`.
+        ring of `min(attention_window, max_length)` slots with a window; with
+        `max_length=None`, caches that grow by the positions each `decode_step` adds) and
+        the encoder-decoder keys/values computed once from `encoder_outputs`.
 
         Returns:
-            a tuple with one `{"self": {"key", "value"}, "cross": {"key", "value"}}` per layer.
+            a tuple with one `{"self": {"key", "value"} (growing: {"past_key", "past_value"}),
+            "cross": {"key", "value"}}` per layer.
         """
         return tuple(layer.init_cache(encoder_outputs, max_length) for layer in self.decoder_layers)
 

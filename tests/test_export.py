@@ -256,8 +256,24 @@ def windowed_export(run_objects, tmp_path_factory):
     return windowed, tokenizer, translator, result
 
 
+_WINDOWED_LOADER = """
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+load_sentencepiece_ops()
+case = json.loads(sys.argv[1])
+outputs = tf.saved_model.load(case["export"]).signatures["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
+print("WINDOWED=" + json.dumps({key: np.asarray(value).tolist() for key, value in outputs.items()}
+                               | {"tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
 def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(windowed_export, loader_python):
-    """A windowed decoder's ring-buffer cache passes the op allowlist of every loading runtime."""
+    """A windowed decoder's ring-buffer cache passes the op allowlist of every loading runtime, and the
+    export loaded there (a clean process: TensorFlow and TensorFlow Text only) decodes as the full pass."""
     from keras_transformer.decoding import recompute_beam_search
 
     windowed, tokenizer, translator, result = windowed_export
@@ -265,13 +281,21 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     # The export checked the ops against this TensorFlow's registry before publishing.
     report = result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
     assert report.ok, report.summary()
-    if runtime != "exporting":
-        return
     source_ids = encode_source(tokenizer, tf.constant(SENTENCES[:3]), translator.max_source_length)
-    outputs = tf.saved_model.load(str(result.path)).signatures["translate_ids"](source_ids=source_ids)
     full_ids, full_scores = recompute_beam_search(
         windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10
     )  # the export's buffer: S + offset
+    loaded = subprocess.run(
+        [python, "-c", TENSORFLOW_ONLY_PRELUDE + _WINDOWED_LOADER,
+         json.dumps({"export": str(result.path), "source_ids": source_ids.numpy().tolist()})],
+        capture_output=True, text=True, timeout=600,
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert loaded.returncode == 0, f"{python}:\n{loaded.stderr[-5000:]}"
+    outputs = json.loads(loaded.stdout.split("WINDOWED=")[1])
+    if runtime != "exporting":
+        assert outputs["tensorflow"].startswith(runtime + "."), outputs["tensorflow"]
+    assert not {"keras", "keras_transformer"} & set(outputs["modules"])
     np.testing.assert_array_equal(outputs["token_ids"], full_ids[:, 0])
     np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
 

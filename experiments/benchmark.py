@@ -104,6 +104,7 @@ def main(argv):
     del argv
     if not FLAGS.training and not FLAGS.model_dir and not FLAGS.attention_scaling:
         raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e) or --attention_scaling (f).")
+    cli.quiet_info_logs()  # rows d and e export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
     if FLAGS.threads:  # before TensorFlow runs anything

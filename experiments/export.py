@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 import sys
 from pathlib import Path
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.export import (
@@ -72,8 +72,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # saving logs every renamed capture at INFO
+    cli.quiet_info_logs()
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("Pass --checkpoint or --average_last, not both.")
     export_dir = FLAGS.export_dir or DEFAULT_EXPORT_DIRS[FLAGS.format]

@@ -10,7 +10,7 @@ import dataclasses
 import sys
 import typing
 
-from absl import app, flags
+from absl import app, flags, logging
 
 # What a user's mistake raises (a missing run directory or file, a bad value, an export
 # version that exists, a diverged run): reported in one line, without a traceback.
@@ -156,6 +156,16 @@ def _field_kind(field):
         kind = eval(kind, vars(typing))  # annotations as strings
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if args else kind
+
+
+def quiet_info_logs():
+    """Log warnings and errors only, unless the user passed `--verbosity`.
+
+    Writing a SavedModel logs every renamed capture of every signature at INFO (absl's
+    default level under `app.run`): dozens of lines a user cannot act on.
+    """
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
 
 
 def run(main):

@@ -26,6 +26,10 @@ def plot_ratios(rows, path):
     import matplotlib.pyplot as plt
 
     names = [name.split(",")[0] for name, *_ in rows]
+    names = [  # rows that share a first part keep their last one too ("..., graph", "..., XLA")
+        f"{short}, {name.split(',')[-1].strip()}" if names.count(short) > 1 else short
+        for short, (name, *_) in zip(names, rows)
+    ]
     ratios = [ratio for _, _, _, ratio, _ in rows]
     targets = [target for *_, target in rows]
     figure, axis = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.5))

@@ -153,6 +153,16 @@ def attention_weights(query, key, mask=None):
     return ops.softmax(scores, axis=-1)
 
 
+def _in_band(query_positions, key_positions, window, causal):
+    """Whether a query at `query_positions` sees a key at `key_positions` (broadcast int
+    tensors) in a band of `window`: distance below `window`, and not ahead with `causal`."""
+    distance = query_positions - key_positions
+    inside = ops.logical_and(distance < window, distance > -window)
+    if causal:
+        inside = ops.logical_and(inside, distance >= 0)
+    return inside
+
+
 def band_mask(query_length, key_length, window, causal, offset=0):
     """The positions a restricted (windowed) self-attention sees, as an attention mask.
 
@@ -164,11 +174,7 @@ def band_mask(query_length, key_length, window, causal, offset=0):
     """
     query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")  # (Q, 1)
     key_positions = ops.arange(key_length, dtype="int32")[None, :]  # (1, K)
-    distance = query_positions - key_positions  # (Q, K)
-    inside = ops.logical_and(distance < window, distance > -window)
-    if causal:
-        inside = ops.logical_and(inside, distance >= 0)
-    return inside[None, :, :]
+    return _in_band(query_positions, key_positions, window, causal)[None, :, :]  # (1, Q, K)
 
 
 def _blocks_around(sequence, window, before, after):
@@ -216,11 +222,8 @@ def windowed_attention(query, key, value, window, causal=False, key_padding_mask
     key_positions = ops.arange((2 + after) * window, dtype="int32")[None, :] + (
         ops.arange(blocks, dtype="int32")[:, None] - 1) * window
     key_positions = key_positions[:, None, :]  # (nb, 1, C)
-    distance = query_positions - key_positions  # (nb, W, C)
-    mask = ops.logical_and(distance < window, distance > -window)
+    mask = _in_band(query_positions, key_positions, window, causal)  # (nb, W, C)
     mask = ops.logical_and(mask, ops.logical_and(key_positions >= 0, key_positions < length))
-    if causal:
-        mask = ops.logical_and(mask, distance >= 0)
     mask = mask[None, None]  # (1, 1, nb, W, C)
     if key_padding_mask is not None:
         padding = ops.cast(key_padding_mask, "bool")[:, None, :, None]  # (B, 1, N, 1)
@@ -466,12 +469,8 @@ class MultiHeadAttention(keras.layers.Layer):
             kept = _ring_positions(slots, start + query_length - 1)  # (S,) positions after the write
             taken = ops.where(kept >= start, slots + kept - start, ops.arange(slots, dtype="int32"))  # into keys
             new_cache = {"key": ops.take(keys, taken, axis=2), "value": ops.take(values, taken, axis=2)}
-        distance = query_positions[:, None] - key_positions[None, :]  # (Q, K)
-        window = self.attention_window
-        mask = ops.logical_and(ops.logical_and(distance < window, distance > -window), key_positions[None, :] >= 0)
-        if causal:
-            mask = ops.logical_and(mask, distance >= 0)
-        mask = mask[None, :, :]  # (1, Q, K)
+        mask = _in_band(query_positions[:, None], key_positions[None, :], self.attention_window, causal)  # (Q, K)
+        mask = ops.logical_and(mask, key_positions[None, :] >= 0)[None, :, :]  # (1, Q, K): written slots only
         if attention_mask is not None:
             absolute = ops.take(ops.cast(attention_mask, "bool"), ops.maximum(key_positions, 0), axis=2)  # (B|1, Q, K)
             mask = ops.logical_and(mask, absolute)

@@ -285,14 +285,10 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     full_ids, full_scores = recompute_beam_search(
         windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10
     )  # the export's buffer: S + offset
-    loaded = subprocess.run(
-        [python, "-c", TENSORFLOW_ONLY_PRELUDE + _WINDOWED_LOADER,
-         json.dumps({"export": str(result.path), "source_ids": source_ids.numpy().tolist()})],
-        capture_output=True, text=True, timeout=600,
-        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+    stdout = run_tensorflow_only(
+        python, _WINDOWED_LOADER, json.dumps({"export": str(result.path), "source_ids": source_ids.numpy().tolist()})
     )
-    assert loaded.returncode == 0, f"{python}:\n{loaded.stderr[-5000:]}"
-    outputs = json.loads(loaded.stdout.split("WINDOWED=")[1])
+    outputs = json.loads(stdout.split("WINDOWED=")[1])
     if runtime != "exporting":
         assert outputs["tensorflow"].startswith(runtime + "."), outputs["tensorflow"]
     assert not {"keras", "keras_transformer"} & set(outputs["modules"])
@@ -358,6 +354,20 @@ def reference(run_objects):
 # --- ONE clean process for every check of the loaded export ---
 
 LOADER = Path(__file__).with_name("clean_process_loader.py")
+
+
+def run_tensorflow_only(python, code, *args):
+    """Run `code` with `python` in a process that may import TensorFlow (and TensorFlow Text) but
+    not Keras or keras_transformer (`TENSORFLOW_ONLY_PRELUDE`); returns its stdout."""
+    result = subprocess.run(
+        [python, "-c", TENSORFLOW_ONLY_PRELUDE + code, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, f"{python}:\n{result.stderr[-5000:]}"
+    return result.stdout
 # The interpreters that load the export: this one (TensorFlow 2.21, without Keras), and a
 # clean environment per serving runtime (tests/runtimes.py; 2.19 and 2.18 on request).
 LOADER_RUNTIMES = ["exporting", *runtimes.selected_runtimes()]
@@ -392,14 +402,7 @@ def served(exported, reference, run_objects, loader_python, tmp_path_factory):
         "clean_ids": [[5, 1, 1, 3] + [0] * 44, list(map(int, long_row[:47])) + [3]],
     }
     (directory / "case.json").write_text(json.dumps(case))
-    result = subprocess.run(
-        [python, "-c", TENSORFLOW_ONLY_PRELUDE + LOADER.read_text(), str(directory / "case.json"), str(directory / "out.json")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert result.returncode == 0, f"{python}:\n{result.stderr[-5000:]}"
+    run_tensorflow_only(python, LOADER.read_text(), str(directory / "case.json"), str(directory / "out.json"))
     out = json.loads((directory / "out.json").read_text())
     if runtime != "exporting":
         assert out["runtime"]["tensorflow"].startswith(runtime + "."), out["runtime"]

@@ -8,7 +8,7 @@ from keras_transformer.benchmark.peaks import GPU_PEAKS, Peak, cpu_peak, cpu_pea
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.report import format_table, plot_ratios
 from keras_transformer.benchmark.rows import Row, ctranslate2_rows, decoding_rows, training_rows
-from keras_transformer.benchmark.timing import compare_steps, make_train_step, time_steps
+from keras_transformer.benchmark.timing import compare_steps, fastest_of_alternating, make_train_step, run_steps, warm_up
 
 __all__ = [
     "GPU_PEAKS",
@@ -21,6 +21,7 @@ __all__ = [
     "cpu_peak_flops",
     "ctranslate2_rows",
     "decoding_rows",
+    "fastest_of_alternating",
     "format_speed_table",
     "format_table",
     "gpu_peak",
@@ -31,7 +32,8 @@ __all__ = [
     "padded_batches",
     "plot_ratios",
     "real_lengths",
-    "time_steps",
+    "run_steps",
     "training_flops",
     "training_rows",
+    "warm_up",
 ]

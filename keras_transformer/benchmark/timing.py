@@ -1,5 +1,6 @@
 """Timing a training step the same way for any model with our inputs and outputs."""
 
+import functools
 import time
 
 import tensorflow as tf
@@ -26,25 +27,21 @@ def make_train_step(model, config, jit_compile=False):
     return step
 
 
-def time_steps(step, batches, warmup=1):
-    """Seconds to run `step` over `batches` (a list), after `warmup` steps on each distinct shape.
-
-    With `warmup` >= 1 every distinct batch shape is traced before the clock starts, so the
-    timed pass measures steady-state execution only; `warmup=0` times the batches as they
-    come (for a step already warmed up on them).
-    """
+def warm_up(step, batches):
+    """Run `step` once on each distinct batch shape of `batches` (tracing it), untimed."""
     seen = set()
     for inputs, labels in batches:
         shape = (tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape))
         if shape not in seen:
             seen.add(shape)
-            for _ in range(warmup):
-                float(step(inputs, labels))
-    start = time.perf_counter()
+            float(step(inputs, labels))
+
+
+def run_steps(step, batches):
+    """Run `step` over `batches` (a list) and wait for the last step; returns its result."""
     for inputs, labels in batches:
         result = step(inputs, labels)
-    float(result)  # wait for the last step
-    return time.perf_counter() - start
+    return float(result)
 
 
 def compare_steps(first, second, rounds=3):
@@ -52,13 +49,14 @@ def compare_steps(first, second, rounds=3):
 
     Alternating the two and keeping each one's fastest round makes the ratio robust to
     other load on the machine that comes and goes during the measurement. Each workload is
-    warmed up on every distinct batch shape it holds (tracing) in the first round only.
+    first warmed up once on every distinct batch shape it holds (tracing), so the rounds
+    measure steady-state execution only.
     """
-    best = [float("inf"), float("inf")]
-    for round_index in range(rounds):
-        for index, (step, batches) in enumerate((first, second)):
-            best[index] = min(best[index], time_steps(step, batches, warmup=1 if round_index == 0 else 0))
-    return tuple(best)
+    for step, batches in (first, second):
+        warm_up(step, batches)
+    fastest = fastest_of_alternating(
+        {index: functools.partial(run_steps, *workload) for index, workload in enumerate((first, second))}, rounds)
+    return fastest[0][0], fastest[1][0]
 
 
 def fastest_of_alternating(workloads, rounds=3):

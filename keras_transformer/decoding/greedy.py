@@ -50,8 +50,9 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
         return index + 1, target_ids, scores, finished, state
 
     loop_vars = (tf.constant(0, tf.int32), target_ids, scores, finished, state)
-    shape_invariants = (*(value.shape for value in loop_vars[:4]), loop_shape_invariants(state))  # a cache may grow
-    _, target_ids, scores, _, _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants)
+    _, target_ids, scores, _, _ = tf.while_loop(
+        cond, body, loop_vars, shape_invariants=loop_shape_invariants(loop_vars)  # a cache may grow
+    )
     return target_ids[:, 1:], scores
 
 

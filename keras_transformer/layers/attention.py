@@ -527,33 +527,31 @@ class MultiHeadAttention(keras.layers.Layer):
                 self._project(value, self.value_kernel, getattr(self, "value_bias", None)), buffers[1].dtype
             )
             key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
-            if growing:  # exactly the positions decoded so far, then the new ones
-                if self.attention_window:
-                    raise ValueError(
-                        "A layer with attention_window keeps a ring of r slots (init_cache(B, max_length)), "
-                        "not a growing cache. Received: a cache with past_key"
-                    )
-                keys = ops.concatenate([buffers[0], new_keys], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dk)
-                values = ops.concatenate([buffers[1], new_values], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dv)
-                cache = dict(zip(GROWING_CACHE_KEYS, (keys, values)))
-                causal_offset = cache_index
-                if attention_mask is not None:
-                    attention_mask = attention_mask[:, :, : cache_index + query_length]
-            elif self.attention_window:  # a ring of r slots; the mask holds the band and the causality
+            if growing and self.attention_window:
+                raise ValueError(
+                    "A layer with attention_window keeps a ring of r slots (init_cache(B, max_length)), "
+                    "not a growing cache. Received: a cache with past_key"
+                )
+            if self.attention_window:  # a ring of r slots; the mask holds the band and the causality
                 keys, values, cache, attention_mask = self._ring_step(
                     cache, new_keys, new_values, cache_index, query_length, attention_mask, use_causal_mask
                 )
                 ring, use_causal_mask = True, False
-            else:
-                keys = _write_positions(cache["key"], new_keys, cache_index)
-                values = _write_positions(cache["value"], new_values, cache_index)
-                cache = {"key": keys, "value": values}
+            else:  # keys at positions 0 .. cache_index + Q - 1 (under XLA: the whole buffer)
+                written = cache_index + query_length
+                if growing:  # exactly the positions decoded so far, then the new ones
+                    keys = ops.concatenate([buffers[0], new_keys], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dk)
+                    values = ops.concatenate([buffers[1], new_values], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dv)
+                    cache = dict(zip(GROWING_CACHE_KEYS, (keys, values)))
+                else:
+                    keys = _write_positions(buffers[0], new_keys, cache_index)
+                    values = _write_positions(buffers[1], new_values, cache_index)
+                    cache = {"key": keys, "value": values}
+                    if not in_xla_context():  # attend over the written prefix only
+                        keys, values = keys[:, :, :written], values[:, :, :written]
                 causal_offset = cache_index
-                if not in_xla_context():  # attend over the written prefix only
-                    keys = keys[:, :, : cache_index + query_length]
-                    values = values[:, :, : cache_index + query_length]
-                    if attention_mask is not None:
-                        attention_mask = attention_mask[:, :, : cache_index + query_length]
+                if attention_mask is not None and (growing or not in_xla_context()):
+                    attention_mask = attention_mask[:, :, :written]
         window = self.attention_window
         if window and cache is None:
             query_length, key_length = query.shape[1], keys.shape[2]

@@ -17,6 +17,7 @@ from keras_transformer.benchmark import (
 )
 from keras_transformer.benchmark.attention_scaling import ScalingPoint, format_scaling_table, peak_bytes
 from keras_transformer.benchmark.peers import attention_layers
+from keras_transformer.layers.dropout import ReplicaDropout
 from tests.scripts import run_script
 
 PEER_CONFIG = dict(vocabulary_size=100, num_encoder_layers=2, num_decoder_layers=3, hidden_dim=16,
@@ -59,7 +60,7 @@ def test_peer_drops_out_where_ours_does(attention_dropout):
     inner = {id(layer._dropout_layer) for layer in ours_attention + peer_attention}
     for model in (ours, peer):
         others = [layer.rate for layer in _all_layers(model)
-                  if isinstance(layer, keras.layers.Dropout) and id(layer) not in inner and layer.rate > 0]
+                  if isinstance(layer, (keras.layers.Dropout, ReplicaDropout)) and id(layer) not in inner and layer.rate > 0]
         assert others == [0.1] * (2 + 2 * 2 + 3 * 3)  # embedding sums, 2 per encoder block, 3 per decoder block
 
 

@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_transformer.layers import masks as masks_lib
 from keras_transformer.layers.checks import check_positive_int, check_rate
+from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.tracing import in_xla_context
 
 # Added to masked scores before the softmax. The softmax runs in float32 (also under
@@ -354,7 +355,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
-        self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="attention_dropout")
+        self._dropout_layer = ReplicaDropout(dropout, dtype=self.dtype_policy, name="attention_dropout")
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         hidden_dim = query_shape[-1]

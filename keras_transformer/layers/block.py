@@ -4,6 +4,7 @@ import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.checks import check_positive_int, check_rate
+from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -93,7 +94,7 @@ class TransformerBlock(keras.layers.Layer):
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_layer_norm"
             )
             setattr(self, f"{name}_layer_norm", norm)
-            setattr(self, f"{name}_dropout", keras.layers.Dropout(dropout, dtype=self.dtype_policy, name=f"{name}_dropout"))
+            setattr(self, f"{name}_dropout", ReplicaDropout(dropout, dtype=self.dtype_policy, name=f"{name}_dropout"))
 
     def _make_sublayer(self, name):
         if name == "feed_forward":

@@ -6,6 +6,7 @@ Shape letters: B batch, T sequence length, D model width, F inner width.
 import keras
 
 from keras_transformer.layers.checks import check_positive_int, check_rate
+from keras_transformer.layers.dropout import ReplicaDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -72,7 +73,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.intermediate_dense = keras.layers.Dense(
             intermediate_dim, activation=self.activation, name="intermediate_dense", **dense_kwargs
         )
-        self.intermediate_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="intermediate_dropout")
+        self.intermediate_dropout = ReplicaDropout(dropout, dtype=self.dtype_policy, name="intermediate_dropout")
         self._dense_kwargs = dense_kwargs
 
     def build(self, input_shape):

@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.decoder import DecoderBlock
+from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
@@ -100,8 +101,8 @@ class Transformer(keras.Model):
         output_projection = None
         if not config.tie_output:
             output_projection = keras.layers.Dense(config.vocabulary_size, dtype=policy, name="output_projection")
-        source_dropout = keras.layers.Dropout(config.dropout, dtype=policy, name="source_embedding_dropout")
-        target_dropout = keras.layers.Dropout(config.dropout, dtype=policy, name="target_embedding_dropout")
+        source_dropout = ReplicaDropout(config.dropout, dtype=policy, name="source_embedding_dropout")
+        target_dropout = ReplicaDropout(config.dropout, dtype=policy, name="target_embedding_dropout")
 
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
@@ -123,6 +124,24 @@ class Transformer(keras.Model):
         # keras.Model's functional constructor ignores `dtype`; set the policy the sub-layers
         # use on the model itself, so that `get_config` (and `.keras` files) keep it.
         self.dtype_policy = policy
+
+    # --- fit and evaluate ---
+
+    def train_step(self, data):
+        """Keras' step, with one finite-or-skip decision for all replicas and a token-weighted loss
+        (TensorFlow; see `training.fit`). Other backends take Keras' own step."""
+        if keras.backend.backend() != "tensorflow":
+            return super().train_step(data)
+        from keras_transformer.training import fit  # training imports models: not at module level
+
+        return fit.train_step(self, data)
+
+    def test_step(self, data):
+        if keras.backend.backend() != "tensorflow":
+            return super().test_step(data)
+        from keras_transformer.training import fit
+
+        return fit.test_step(self, data)
 
     # --- the views used by decoding and export ---
 

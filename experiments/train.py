@@ -58,6 +58,13 @@ flags.DEFINE_enum(
     "on_nonfinite", "stop", list(ON_NONFINITE),
     "An update whose loss or gradients are NaN/Inf: stop with an error naming the step, or skip it (counted).",
 )
+flags.DEFINE_integer(
+    "max_consecutive_skips", 20, "Stop with an error naming the step and loss scale after this many skipped updates in a row."
+)
+flags.DEFINE_integer(
+    "steps_per_execution", 1, "Updates per call into the compiled step: the host reads results once per call "
+    "(calls stop at log, checkpoint and validation steps)."
+)
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
 
 FLAGS = flags.FLAGS
@@ -102,12 +109,17 @@ def main(argv):
         seed=FLAGS.seed,
         progress=FLAGS.progress,
         on_nonfinite=FLAGS.on_nonfinite,
+        max_consecutive_skips=FLAGS.max_consecutive_skips,
+        steps_per_execution=FLAGS.steps_per_execution,
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
     logging.info("Training preset %s on dataset %s, strategy %s (%d replicas)", FLAGS.preset, FLAGS.dataset,
                  FLAGS.strategy, strategy.num_replicas_in_sync)
     _, results = train_translation(config, model_dir, options, data, strategy)
+    if results.get("preempted") and results["step"] is None:
+        print("Stopped by SIGTERM during start-up, before any update. Run the same command to resume.")
+        return
     if results.get("preempted"):
         print(f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "
               "Run the same command to resume.")

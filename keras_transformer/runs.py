@@ -2,7 +2,8 @@
 
 Layout (written by `training.train_translation` / `experiments/train.py`)::
 
-    <run>/config.json        the model config, training options and data settings
+    <run>/config.json        the model config, training options and data settings of the run's first start
+    <run>/starts.jsonl       one JSON line per start (first and every resume): time, step, settings
     <run>/spm.model          the joint SentencePiece model
     <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
     <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
@@ -24,6 +25,7 @@ from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 
 CONFIG_FILE = "config.json"
+STARTS_FILE = "starts.jsonl"
 TOKENIZER_FILE = "spm.model"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
@@ -36,6 +38,10 @@ LOG_NAMES = (TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG)
 
 def config_path(model_dir):
     return Path(model_dir) / CONFIG_FILE
+
+
+def starts_path(model_dir):
+    return Path(model_dir) / STARTS_FILE
 
 
 def tokenizer_path(model_dir):
@@ -64,6 +70,23 @@ def write_run_config(model_dir, payload):
     temporary.write_text(json.dumps(payload, indent=2, sort_keys=True))
     os.replace(temporary, path)
     return path
+
+
+def record_start(model_dir, payload):
+    """Append `payload` (a JSON-able dict: the settings of this start) to the run's `starts.jsonl`, atomically."""
+    path = starts_path(model_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = path.read_text() if path.exists() else ""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(previous + json.dumps(payload, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def read_starts(model_dir):
+    """The payloads `record_start` recorded for a run, oldest first."""
+    path = starts_path(model_dir)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def read_run_config(model_dir):

@@ -40,7 +40,7 @@ import keras  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import keras_transformer.training.trainer as trainer_module  # noqa: E402
+import keras_transformer.training.update as update_module  # noqa: E402
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from keras_transformer.models.config import get_preset  # noqa: E402
@@ -172,15 +172,15 @@ def run_loop(path, make_optimizer, out_dir, name):
         strategy,
         optimizer=make_optimizer,
     )
-    trainer_loss = trainer_module.label_smoothed_nll
+    trainer_loss = update_module.label_smoothed_nll
     if skip:  # traced at the first step
-        trainer_module.label_smoothed_nll = poisoned_nll
+        update_module.label_smoothed_nll = poisoned_nll
     losses, weights = [], [flat(trainer.model)]
     for step in range(1, STEPS + 1):  # each call resumes the input where the last one stopped
         results = trainer.train(loop_input(path), until_step=step)
         losses.append(results["loss"])
         weights.append(flat(trainer.model))
-    trainer_module.label_smoothed_nll = trainer_loss
+    update_module.label_smoothed_nll = trainer_loss
     return {"losses": losses, "weights": weights, "skipped": trainer.skipped_steps, "chief": trainer.chief}
 
 

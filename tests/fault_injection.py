@@ -2,7 +2,7 @@
 
 `poisoned_nll` has the signature of `training.loss.label_smoothed_nll` and the same value;
 on a batch whose labels hold `POISON_LABEL` its gradient is NaN. Tests install it in place
-of the trainer's loss (`keras_transformer.training.trainer.label_smoothed_nll`) before the
+of the update step's loss (`keras_transformer.training.update.label_smoothed_nll`) before the
 trainer's first step traces it.
 """
 
@@ -25,3 +25,11 @@ def poisoned_nll(labels, logits, label_smoothing=0.1, pad_id=0):
     clean = 1.0 - tf.cast(tf.reduce_any(tf.equal(labels, POISON_LABEL)), tf.float32)
     # sqrt(0 * x + clean) - clean is 0; its gradient is 0 when clean, 0 * inf = NaN when not.
     return loss_sum + tf.sqrt(0.0 * tf.reduce_sum(logits) + clean) - clean, tokens
+
+
+def overflowing_nll(labels, logits, label_smoothing=0.1, pad_id=0):
+    """`label_smoothed_nll`, times 1e30 on a marked batch: finite in float32, but its loss-scaled
+    gradients overflow float16 on the way back through a mixed_float16 model."""
+    loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing, pad_id)
+    marked = tf.cast(tf.reduce_any(tf.equal(labels, POISON_LABEL)), tf.float32)
+    return loss_sum * (1.0 + marked * 1e30), tokens

@@ -67,10 +67,23 @@ def test_train_then_resume_then_average(tmp_path):
     assert data["bucket_boundaries"] == [12, 24] and data["sampling_alpha"] == 0.5
     assert f"Checkpoints: {run_dir}/checkpoints/ckpt-6" in output
     assert (run_dir / "spm.model").exists()
-    # The same command with more steps continues from step 6.
-    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS)
+    # A resume that changes what the data position means is refused before anything is written.
+    failed = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", "--sampling_alpha=0.5",
+                        *TINY_FLAGS, check=False)
+    assert failed.returncode == 1
+    assert one_line_error(failed) == (
+        f"{run_dir} was started with bucket_boundaries=[12, 24], now bucket_boundaries=None: its data position "
+        "(in checkpoints) counts batches planned with the first value. Resume with bucket_boundaries=[12, 24], "
+        "or start a new model_dir.")
+    # The same command with more steps (and another accumulation) continues from step 6.
+    output = run("train.py", f"--model_dir={run_dir}", "--train_steps=9", "--bucket_boundaries=12,24",
+                 "--sampling_alpha=0.5", "--accum_steps=2", *TINY_FLAGS)
     assert "Restored" in output and "ckpt-6" in output
     assert "Trained to step 9" in output
+    # The first start's config is kept; every start is recorded.
+    assert json.loads((run_dir / "config.json").read_text())["training"]["accum_steps"] == 1
+    starts = [json.loads(line) for line in (run_dir / "starts.jsonl").read_text().splitlines()]
+    assert [(start["step"], start["training"]["accum_steps"]) for start in starts] == [(0, 1), (6, 2)]
     # A different architecture in the same directory is refused, naming the field.
     failed = run_script("train.py", f"--model_dir={run_dir}", "--train_steps=9", *TINY_FLAGS, "--hidden_dim=64",
                         check=False)

@@ -195,9 +195,9 @@ def poisoned_batch(seed):
 @pytest.fixture
 def nan_gradient_on_poisoned_batches(monkeypatch):
     """The trainer's loss gets a term that is 0 but has a NaN gradient on poisoned batches."""
-    import keras_transformer.training.trainer as trainer_module
+    import keras_transformer.training.update as update_module
 
-    monkeypatch.setattr(trainer_module, "label_smoothed_nll", poisoned_nll)
+    monkeypatch.setattr(update_module, "label_smoothed_nll", poisoned_nll)
 
 
 def test_nonfinite_gradient_under_finite_loss_stops_before_the_update(tmp_path, nan_gradient_on_poisoned_batches):
@@ -206,7 +206,7 @@ def test_nonfinite_gradient_under_finite_loss_stops_before_the_update(tmp_path, 
     batches = [clean_batch(0), clean_batch(1), poisoned_batch(2)]
     trainer.train(single_batch_fn(batches[:2]), until_step=2)
     good = trainer.model.get_weights()
-    with pytest.raises(DivergenceError, match=r"non-finite loss or gradient at step 3 \(loss [0-9.]+\); the update was not applied"):
+    with pytest.raises(DivergenceError, match=r"non-finite gradient at step 3 \(loss [0-9.]+\); the update was not applied"):
         trainer.train(single_batch_fn(batches), until_step=5)  # resumes the input at its third batch
     assert trainer.step == 2
     for weight, before in zip(trainer.model.get_weights(), good):
@@ -229,7 +229,7 @@ def test_skipped_nonfinite_update_changes_nothing_and_is_counted(tmp_path, nan_g
     from keras_transformer.visualization import read_scalars
 
     skipped = read_scalars(tmp_path / "skipping" / "logs" / "train")["skipped_steps"]
-    assert skipped.steps.tolist() == [2] and skipped.values.tolist() == [1.0]
+    assert skipped.steps.tolist() == [1, 2] and skipped.values.tolist() == [0.0, 1.0]  # skips are not steps
     # The count is part of the run: a restarted trainer reads it back.
     restarted = Trainer(config, tmp_path / "skipping", options)
     restarted.restore()
@@ -262,6 +262,27 @@ def test_interrupted_run_with_dropout_equals_uninterrupted_run(tmp_path):
     uninterrupted = train(tmp_path / "once", [6])
     for a, b in zip(train(tmp_path / "twice", [2, 5, 6]), uninterrupted):
         np.testing.assert_array_equal(a, b)
+
+
+def test_several_updates_per_call_equal_one_per_call(tmp_path):
+    """steps_per_execution=4 makes the same updates, with dropout, as one update per call."""
+    config = micro_config(dropout=0.3, train_steps=7)
+    batches = [fixed_batch(seed) for seed in range(5)]
+    weights, logged = [], []
+    for steps_per_execution in (1, 4):
+        keras.utils.set_random_seed(0)
+        options = TrainOptions(checkpoint_every=5, log_every=3, steps_per_execution=steps_per_execution, progress=False)
+        trainer = Trainer(config, tmp_path / str(steps_per_execution), options)
+        results = trainer.train(single_batch_fn(batches))
+        assert results["step"] == 7 and trainer.skipped_steps == 0
+        weights.append(trainer.model.get_weights())
+        logged.append(results["loss"])
+        # Calls stop at the log and checkpoint steps: both were written.
+        assert [Path(p).name for p in checkpoint_paths(tmp_path / str(steps_per_execution) / "checkpoints")] == [
+            "ckpt-5", "ckpt-7"]
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    assert logged[0] == pytest.approx(logged[1], rel=1e-6)
 
 
 def test_averaging_more_checkpoints_than_kept_names_both_numbers(tmp_path):

@@ -6,14 +6,8 @@ from keras_transformer.training.loss import LabelSmoothedCrossEntropy, label_smo
 from keras_transformer.training.run import DataOptions, prepare_tokenizer, train_translation
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
 from keras_transformer.training.strategy import STRATEGIES, create_strategy, is_chief
-from keras_transformer.training.trainer import (
-    ON_NONFINITE,
-    PRECISIONS,
-    DivergenceError,
-    Trainer,
-    TrainOptions,
-    write_run_config,
-)
+from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
+from keras_transformer.training.trainer import Trainer, write_run_config
 
 __all__ = [
     "ON_NONFINITE",

@@ -71,12 +71,12 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     its own sum divided by that global count (all-reduced across replicas and workers);
     Keras sums the replicas' gradients, so the update equals the one a single device
     makes on the same global batch, whatever the number of replicas and however the
-    tokens are split between them. Keras reports the loss as the replicas' values times
-    the number of replicas, averaged with the replicas' sentence counts as weights: the
-    same number as on one device whenever the replicas hold equally many sentences, as
-    `tf.distribute` splits every full global batch. The reduction is therefore always
-    `"sum"`: a mean-type reduction would divide by the number of positions, padding
-    included, and by the number of replicas.
+    tokens are split between them. `Transformer`'s fit and evaluate steps (which look for
+    `token_weighted`) report the loss as the global token-loss sum over the global real
+    tokens, for any split of a batch across replicas, and weight an epoch's batches by
+    their tokens (`training.fit`). The reduction is therefore always `"sum"`: a mean-type
+    reduction would divide by the number of positions, padding included, and by the
+    number of replicas.
 
     Args:
         label_smoothing: eps (0.1 in the paper).
@@ -89,6 +89,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     >>> float(loss(np.array([[1, 0]]), np.zeros((1, 2, 4), "float32")))  # uniform logits
     1.3862943649291992
     """
+
+    token_weighted = True  # `Transformer`'s fit and evaluate steps report it weighted by real tokens
 
     def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
         reduction = kwargs.pop("reduction", "sum")

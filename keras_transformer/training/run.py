@@ -5,6 +5,7 @@ Everything a run needs later (decoding, evaluation, export) is written into its 
 """
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -13,12 +14,23 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
+from keras_transformer.data.plan import BatchPlan
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
-from keras_transformer.runs import config_path, log_dir, read_run_config, tokenizer_path
+from keras_transformer.runs import (
+    checkpoint_step,
+    config_path,
+    latest_checkpoint,
+    log_dir,
+    read_run_config,
+    record_start,
+    tokenizer_path,
+)
 from keras_transformer.training.strategy import is_chief
-from keras_transformer.training.trainer import Trainer, TrainOptions, write_run_config
+from keras_transformer.training.options import TrainOptions
+from keras_transformer.training.progress import TerminationSignal
+from keras_transformer.training.trainer import Trainer, write_run_config
 
 
 def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0):
@@ -58,16 +70,62 @@ class DataOptions:
             check_sampling_alpha(self.sampling_alpha)
 
 
+# The settings a run's data position is planned with (`data.BatchPlan`): a resume that
+# changes one of them would continue at another place in the data, so it is refused.
+# Replicas, devices and `accum_steps` may change: the position counts global batches of
+# one plan, whatever takes them.
+POSITION_SETTINGS = {
+    "training": ("batch_tokens", "seed"),
+    "data": ("dataset", "src_lang", "tgt_lang", "data_dir", "files", "max_length", "bucket_boundaries",
+             "sampling_alpha"),
+}
+
+
+def check_resume_settings(model_dir, payload):
+    """Raise a one-line `ValueError` if `payload` changes a setting the run's data position depends on.
+
+    `payload` is this start's run config (`{"model", "training", "data"}`); the run's first
+    config is in `config.json`.
+    """
+    _, first = read_run_config(model_dir)
+    for section, names in POSITION_SETTINGS.items():
+        for name in names:
+            if section not in first or name not in first[section]:
+                continue
+            before, now = first[section][name], json.loads(json.dumps(payload[section][name]))
+            if before != now:
+                raise ValueError(
+                    f"{model_dir} was started with {name}={before!r}, now {name}={now!r}: its data position "
+                    f"(in checkpoints) counts batches planned with the first value. Resume with {name}={before!r}, "
+                    "or start a new model_dir."
+                )
+
+
 def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
     """Train (or resume) a translation run in `model_dir`.
 
     A run directory that already holds a config must have the same architecture
-    (`TransformerConfig.architecture`); training settings such as `train_steps` may change.
-    The tokenizer is reused; training continues from the latest checkpoint.
+    (`TransformerConfig.architecture`) and the same data position settings
+    (`POSITION_SETTINGS`); training settings such as `train_steps`, `accum_steps`, the
+    number of replicas or the precision may change. The first start's config stays in
+    `config.json`; every start's settings are appended to `starts.jsonl`. The tokenizer
+    is reused; training continues from the latest checkpoint, and its input at the same
+    example (`data.BatchPlan`; with `sampling_alpha`, whose segmentations are drawn
+    anew, the input is replayed instead).
+
+    SIGTERM during start-up (reading, tokenizing, planning) returns at the next stage
+    with `results["preempted"] = True` and `results["step"] = None`, no checkpoint written; during training, see
+    `Trainer.train`.
 
     Returns:
-        `(trainer, results)`; results as `Trainer.train`, plus the run's paths.
+        `(trainer, results)`; results as `Trainer.train`, plus the run's paths. The
+        trainer is None when start-up was interrupted.
     """
+    with TerminationSignal() as termination:
+        return _train_translation(config, model_dir, options, data, strategy, termination)
+
+
+def _train_translation(config, model_dir, options, data, strategy, termination):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
@@ -85,36 +143,46 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     max_length = data.max_length or config.max_length
     if data.bucket_boundaries is not None:  # before anything is loaded or written
         check_bucket_boundaries(data.bucket_boundaries, max_length)
+    payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), "data": dataclasses.asdict(data)}
+    if config_path(model_dir).exists():
+        check_resume_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
+    interrupted = _Interrupted(termination)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief)
-    if chief:
-        write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
-    trainer = Trainer(config, model_dir, options, strategy)
 
     def batches(pairs, **kwargs):
-        return make_dataset(
-            pairs,
-            tokenizer,
-            batch_tokens=options.batch_tokens,
-            max_length=max_length,
-            bucket_boundaries=data.bucket_boundaries,
-            **kwargs,
-        )
+        return make_dataset(pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length,
+                            bucket_boundaries=data.bucket_boundaries, **kwargs)
 
-    def train_dataset_fn(input_context):
-        # The same seed on every start: `Trainer.train` skips the batches the restored
-        # updates drew, so a resumed run continues the interrupted run's input exactly.
-        return batches(train_pairs, seed=options.seed, repeat=True, input_context=input_context,
-                       sampling_alpha=data.sampling_alpha)
+    try:
+        interrupted.check()
+        if data.sampling_alpha is None:
+            train_input = BatchPlan(train_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length,
+                                    bucket_boundaries=data.bucket_boundaries, seed=options.seed, interrupted=interrupted)
+            padding = padding_fraction(train_input.dataset(0), num_batches=50)
+        else:
+            def train_input(input_context):  # new segmentations on every pass: not plannable, replayed on resume
+                return batches(train_pairs, seed=options.seed, repeat=True, input_context=input_context,
+                               sampling_alpha=data.sampling_alpha)
 
-    validation = batches(val_pairs, shuffle=False)
-    padding = padding_fraction(batches(train_pairs, seed=options.seed, sampling_alpha=data.sampling_alpha),
-                               num_batches=50)
+            padding = padding_fraction(batches(train_pairs, seed=options.seed, sampling_alpha=data.sampling_alpha),
+                                       num_batches=50)
+        interrupted.check()
+    except InterruptedError:
+        logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
+        return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
+    if chief:
+        if not config_path(model_dir).exists():  # the first start's config is kept
+            write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
+        record_start(model_dir, {**payload, "time": time.time(), "replicas": strategy.num_replicas_in_sync,
+                                 "step": _restored_step(model_dir)})
     logging.info("Padding fraction of training batches: %.3f", padding)
-    results = trainer.train(train_dataset_fn, validation, padding_fraction=padding)
+    trainer = Trainer(config, model_dir, options, strategy)
+    results = trainer.train(train_input, batches(val_pairs, shuffle=False), padding_fraction=padding,
+                            termination=termination)
     results.update(
         padding_fraction=padding,
         model_dir=str(model_dir),
@@ -123,3 +191,22 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         logs=str(log_dir(model_dir)),
     )
     return trainer, results
+
+
+class _Interrupted:
+    """Whether SIGTERM arrived during start-up (checked between its stages and tokenization chunks)."""
+
+    def __init__(self, termination):
+        self._termination = termination
+
+    def __call__(self):
+        return self._termination.received
+
+    def check(self):
+        if self._termination.received:
+            raise InterruptedError("SIGTERM during start-up")
+
+
+def _restored_step(model_dir):
+    path = latest_checkpoint(model_dir)
+    return checkpoint_step(path) if path else 0

@@ -7,18 +7,18 @@ cross-entropy summed over real tokens and divided by the number of real tokens i
 whole (accumulated, all-replica) batch, so the update does not depend on how tokens are
 split across replicas or micro-batches.
 
-An update is applied only when the loss and every gradient are finite on every replica
-(the flag is all-reduced); otherwise training stops, naming the step, or skips the update
-(`TrainOptions.on_nonfinite`). The checkpoint holds, besides weights and optimizer state,
-the dropout seed-generator states (model variables) and the number of updates drawn from
-the input, so a resumed run continues exactly where the interrupted one stopped.
+Where to look: `training.update` computes, decides and applies one update (one decision
+for every replica and worker); `training.position` is where the input stands and how a
+resumed run's input continues; `training.progress` is what the user sees; this file holds
+the run's state (model, optimizer, checkpoints) and the loop over logging, checkpoint and
+validation points. The checkpoint holds, besides weights and optimizer state, the dropout
+seed-generator states (model variables), the input's position (global batches drawn) and
+the skipped updates, so a resumed run continues exactly where the interrupted one stopped.
 """
 
+import contextlib
 import dataclasses
 import math
-import signal
-import threading
-import time
 from pathlib import Path
 
 import keras
@@ -26,70 +26,17 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import runs
-from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training.loss import label_smoothed_nll
+from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
+from keras_transformer.training.position import resumable
+from keras_transformer.training.progress import ProgressMeter, TerminationSignal, format_seconds
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.strategy import is_chief
+from keras_transformer.training.update import UpdateStep
 
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-ON_NONFINITE = ("stop", "skip")
-
-
-class DivergenceError(RuntimeError):
-    """The training loss or a gradient became NaN or infinite."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainOptions:
-    """How to train (the model itself is a `TransformerConfig`).
-
-    The number of updates is the model config's `train_steps` (the schedule decays to it).
-
-    Args:
-        batch_tokens: token budget of one batch per replica (source and target each).
-        accum_steps: batches whose gradients make one update.
-        precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
-        jit_compile: compile the gradient computation with XLA.
-        checkpoint_every: save a checkpoint every this many updates (and at the end).
-        keep_checkpoints: how many recent checkpoints to keep (default: the config's
-            `average_checkpoints`, so the recipe's average can be taken).
-        log_every: log and write TensorBoard scalars every this many updates.
-        eval_every: compute validation loss/perplexity every this many updates (0: only at the end).
-        seed: seeds initialization, dropout and data shuffling.
-        progress: show a Keras progress bar.
-        on_nonfinite: what to do with an update whose loss or gradients are not finite:
-            "stop" (raise `DivergenceError` naming the step; nothing is applied or saved)
-            or "skip" (drop the update; skipped updates are counted in the logs and in
-            TensorBoard's `skipped_steps`). Under mixed_float16 the loss-scale optimizer
-            skips non-finite gradients itself (that is how loss scaling works); a
-            non-finite loss still counts.
-    """
-
-    batch_tokens: int = 4096
-    accum_steps: int = 1
-    precision: str = "float32"
-    jit_compile: bool = False
-    checkpoint_every: int = 500
-    keep_checkpoints: int = None
-    log_every: int = 50
-    eval_every: int = 500
-    seed: int = 0
-    progress: bool = True
-    on_nonfinite: str = "stop"
-
-    def __post_init__(self):
-        for name in ("batch_tokens", "accum_steps", "checkpoint_every", "log_every"):
-            check_positive_int(name, getattr(self, name))
-        if self.keep_checkpoints is not None:
-            check_positive_int("keep_checkpoints", self.keep_checkpoints)
-        if self.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}. Received: on_nonfinite={self.on_nonfinite!r}")
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0. Received: eval_every={self.eval_every!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}. Received: precision={self.precision!r}")
+__all__ = ["ON_NONFINITE", "PRECISIONS", "DivergenceError", "TrainOptions", "Trainer", "write_run_config"]
 
 
 class Trainer:
@@ -147,31 +94,15 @@ class Trainer:
             else:
                 self.optimizer = optimizer()
             self.optimizer.build(self.model.trainable_variables)
-            self._accumulators = None
-            if options.accum_steps > 1:
-                self._accumulators = [
-                    tf.Variable(
-                        tf.zeros(v.shape, "float32"),
-                        trainable=False,
-                        synchronization=tf.VariableSynchronization.ON_READ,
-                        aggregation=tf.VariableAggregation.SUM,
-                    )
-                    for v in self.model.trainable_variables
-                ]
-                self._accumulated_tokens = tf.Variable(
-                    0.0,
-                    trainable=False,
-                    synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.SUM,
-                )
-        # Updates drawn from the input (applied or not): where a resumed run's input continues.
-        self._updates_drawn = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates_drawn")
+        # Global batches the input has delivered (for applied and skipped updates alike):
+        # where a resumed run's input continues (`training.position`).
+        self._batches_drawn = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches_drawn")
         self._skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
         self.checkpoint = tf.train.Checkpoint(
             model=self.model,
             optimizer=self.optimizer,
             dropout_seeds=_seed_states(self.model),
-            updates_drawn=self._updates_drawn,
+            batches_drawn=self._batches_drawn,
             skipped_steps=self._skipped_steps,
         )
         self.keep_checkpoints = options.keep_checkpoints or config.average_checkpoints
@@ -188,7 +119,9 @@ class Trainer:
             checkpoint_name=runs.CHECKPOINT_PREFIX,
         )
         self._restored = False
-        self._build_step_functions()
+        self._update = UpdateStep(self.model, self.optimizer, self.strategy, config.label_smoothing, options,
+                                  self._batches_drawn, self._skipped_steps)
+        self._evaluate_batch = _evaluation_step(self.model, config.label_smoothing)
 
     # --- state ---
 
@@ -199,7 +132,7 @@ class Trainer:
 
     @property
     def skipped_steps(self):
-        """Updates dropped for a non-finite loss or gradient (`on_nonfinite="skip"`)."""
+        """Updates dropped for a non-finite loss or gradient (loss-scale overflows included); not steps."""
         return int(self._skipped_steps.numpy())
 
     def restore(self):
@@ -228,96 +161,6 @@ class Trainer:
             tf.io.gfile.rmtree(str(self.write_dir))
         return path
 
-    # --- steps ---
-
-    def _build_step_functions(self):
-        model, optimizer, options = self.model, self.optimizer, self.options
-        label_smoothing = self.config.label_smoothing
-        loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-        variables = model.trainable_variables
-        strategy = self.strategy
-
-        @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
-        def gradients(inputs, labels):
-            with tf.GradientTape() as tape:
-                logits = model(inputs, training=True)  # (B, T, V) float32
-                loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing)
-                scaled = optimizer.scale_loss(loss_sum) if loss_scaled else loss_sum
-            return tape.gradient(scaled, variables), loss_sum, tokens
-
-        def replica_gradients(batch):  # one batch per update
-            inputs, labels = batch
-            return gradients(inputs, labels)
-
-        def replica_accumulate(batch):
-            inputs, labels = batch
-            grads, loss_sum, tokens = gradients(inputs, labels)
-            for accumulator, grad in zip(self._accumulators, grads):
-                accumulator.assign_add(grad)
-            self._accumulated_tokens.assign_add(tokens)
-            return loss_sum, tokens
-
-        def replica_accumulated():
-            return [a.read_value() for a in self._accumulators], self._accumulated_tokens.read_value()
-
-        def replica_nonfinite(grads):  # 1.0 where this replica holds a NaN or Inf gradient
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-            return 1.0 - tf.cast(finite, tf.float32)
-
-        def replica_apply(grads, tokens):
-            # Sum over the replicas' gradients (done by the optimizer) / all real tokens.
-            total = tf.distribute.get_replica_context().all_reduce("sum", tokens)
-            optimizer.apply_gradients(zip([g / tf.maximum(total, 1.0) for g in grads], variables))
-
-        def replica_reset():
-            for accumulator in self._accumulators:
-                accumulator.assign(tf.zeros_like(accumulator))
-            self._accumulated_tokens.assign(0.0)
-
-        def reduce(values):
-            return [strategy.reduce("sum", v, axis=None) for v in values]
-
-        def replica_stop(flag):
-            return tf.distribute.get_replica_context().all_reduce("sum", tf.identity(flag))
-
-        @tf.function
-        def update(iterator, stop_flag):
-            # `stop_flag` is 1.0 on a worker that received SIGTERM; all workers learn of it
-            # in the same step, so they stop (and checkpoint) together.
-            stop = strategy.experimental_local_results(strategy.run(replica_stop, args=(stop_flag,)))[0]
-            self._updates_drawn.assign_add(1)
-            if self._accumulators is None:
-                grads, replica_loss, replica_tokens = strategy.run(replica_gradients, args=(next(iterator),))
-                loss_sum, tokens = reduce([replica_loss, replica_tokens])
-            else:
-                loss_sum, tokens = 0.0, 0.0
-                for _ in range(options.accum_steps):
-                    batch_loss, batch_tokens = reduce(strategy.run(replica_accumulate, args=(next(iterator),)))
-                    loss_sum += batch_loss
-                    tokens += batch_tokens
-                grads, replica_tokens = strategy.run(replica_accumulated)
-            # The same decision on every replica and worker: the flags are all-reduced.
-            nonfinite = strategy.reduce("sum", strategy.run(replica_nonfinite, args=(grads,)), axis=None)
-            # A loss-scale optimizer skips non-finite (scaled) gradients itself and lowers the scale.
-            applied = tf.logical_and(tf.math.is_finite(loss_sum), tf.logical_or(nonfinite == 0.0, loss_scaled))
-            if applied:
-                strategy.run(replica_apply, args=(grads, replica_tokens))
-            if self._accumulators is not None:
-                strategy.run(replica_reset)
-            return loss_sum, tokens, stop, applied
-
-        ids = tf.TensorSpec([None, None], tf.int32)
-
-        @tf.function(input_signature=[{"source_ids": ids, "target_ids": ids}, ids])
-        def evaluate_batch(inputs, labels):
-            logits = model(inputs, training=False)
-            smoothed, tokens = label_smoothed_nll(labels, logits, label_smoothing)
-            nll, _ = label_smoothed_nll(labels, logits, 0.0)
-            return smoothed, nll, tokens
-
-        self._update = update
-        self._evaluate_batch = evaluate_batch
-
     def evaluate(self, dataset):
         """Validation loss (label-smoothed, as in training) and perplexity (exp of the plain NLL per token)."""
         smoothed = nll = tokens = 0.0
@@ -332,26 +175,29 @@ class Trainer:
 
     # --- the loop ---
 
-    def train(self, train_dataset_fn, validation_dataset=None, padding_fraction=None, until_step=None):
+    def train(self, train_input, validation_dataset=None, padding_fraction=None, until_step=None, termination=None):
         """Train until the config's `train_steps` updates (or `until_step`).
 
         The first call resumes from the latest checkpoint in `model_dir` (unless `restore`
-        was called already); later calls continue from the weights in memory. Every call
-        makes a new input iterator that skips the batches earlier updates drew, so the
-        input continues where it stopped: give a `train_dataset_fn` whose batches are a
-        deterministic function of its arguments (as `data.make_dataset` without
-        `sampling_alpha`), and a resumed run equals the uninterrupted one. SIGTERM
+        was called already); later calls continue from the weights in memory. The input
+        continues where the restored (or last) update left it: a `data.BatchPlan` starts
+        at that position directly, whatever the number of updates done; a plain
+        `input_context -> dataset` function is replayed up to it (`dataset.skip`), which
+        costs time in proportion to the updates done (see `training.position`). SIGTERM
         (preemption) makes every worker finish its step, save a checkpoint and return with
         `results["preempted"] = True`.
 
         Args:
-            train_dataset_fn: `input_context -> tf.data.Dataset` of `(inputs, labels)`
-                batches for one replica, repeating indefinitely (see `data.make_dataset`).
+            train_input: a `data.BatchPlan`, or a function `input_context ->
+                tf.data.Dataset` of `(inputs, labels)` batches for one replica, repeating
+                indefinitely, whose batches are a deterministic function of its arguments.
             validation_dataset: optional finite dataset for validation loss/perplexity.
             padding_fraction: optional measured padding fraction of the training batches,
                 logged to TensorBoard.
             until_step: stop at this step instead of `config.train_steps` (the learning
                 rate schedule still decays towards `config.train_steps`).
+            termination: a `training.progress.TerminationSignal` already watching SIGTERM
+                (default: a new one for the loop).
 
         Returns:
             dict with the final step, the last training loss (per token), tokens/s,
@@ -359,8 +205,9 @@ class Trainer:
 
         Raises:
             DivergenceError: the loss or a gradient became NaN or infinite (with
-                `on_nonfinite="stop"`); names the step. That update is not applied and
-                the last checkpoint (written before it) is left intact.
+                `on_nonfinite="stop"`), or `max_consecutive_skips` updates in a row were
+                skipped; names the step (and the loss scale). That update is not applied
+                and the last checkpoint (written before it) is left intact.
         """
         options = self.options
         last_step = until_step or self.config.train_steps
@@ -370,31 +217,38 @@ class Trainer:
         if self.step >= last_step:
             logging.info("Already trained: step %d >= train_steps %d", self.step, last_step)
             return results
-        iterator = iter(self.strategy.distribute_datasets_from_function(self._resumed_input(train_dataset_fn)))
+        dataset_fn = resumable(train_input).dataset_fn(int(self._batches_drawn.numpy()))
+        iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
         writers = {
             name: tf.summary.create_file_writer(str(runs.log_dir(self.model_dir, name)))
             if self.chief
             else tf.summary.create_noop_writer()
             for name in (runs.TRAIN_LOG, runs.VALIDATION_LOG)
         }
-        meter = _ProgressMeter(last_step, options.progress, self.step)
-        with _TerminationSignal() as termination:
+        meter = ProgressMeter(last_step, options.progress, self.step)
+        with contextlib.nullcontext(termination) if termination else TerminationSignal() as signal:
             while self.step < last_step:
-                loss_sum, tokens, stop, applied = self._update(iterator, tf.constant(float(termination.received)))
-                loss_sum, tokens, step = float(loss_sum), float(tokens), self.step
-                if not bool(applied):
-                    self._refuse_nonfinite(step + 1, loss_sum, writers[runs.TRAIN_LOG])
-                else:
-                    meter.add(loss_sum, tokens)
-                    if step % options.log_every == 0 or step == last_step:
-                        results.update(self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction))
-                if float(stop) > 0:
+                step = self.step
+                # One call never crosses a point where the host logs, saves or validates.
+                points = [last_step, _next_multiple(step, options.log_every), _next_multiple(step, options.checkpoint_every)]
+                if validation_dataset is not None and options.eval_every:
+                    points.append(_next_multiple(step, options.eval_every))
+                call = self._update(iterator, min(options.steps_per_execution, min(points) - step), signal.received)
+                step = self.step
+                meter.add(float(call["loss_sum"]), float(call["tokens"]))
+                if call["skipped"]:
+                    self._report_skips(call, step)
+                if call["diverged"]:
+                    self._diverged(call, step + 1)
+                if call["applied"] and (step % options.log_every == 0 or step == last_step):
+                    results.update(self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction))
+                if call["stop"]:
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
                     logging.warning(message)
                     results.update(step=step, preempted=True, checkpoint=path, skipped_steps=self.skipped_steps)
                     return results
-                if not bool(applied):
+                if not call["applied"]:
                     continue
                 if step % options.checkpoint_every == 0:
                     self.save()
@@ -409,36 +263,29 @@ class Trainer:
         results.update(step=self.step, skipped_steps=self.skipped_steps)
         return results
 
-    def _resumed_input(self, train_dataset_fn):
-        """`train_dataset_fn`, its batches already drawn by earlier updates skipped."""
-        drawn = int(self._updates_drawn.numpy())
-
-        def dataset_fn(input_context):
-            # Each update takes `accum_steps` batches for each replica this pipeline feeds.
-            per_pipeline = max(input_context.num_replicas_in_sync // input_context.num_input_pipelines, 1)
-            consumed = drawn * self.options.accum_steps * per_pipeline
-            dataset = train_dataset_fn(input_context)
-            if consumed:
-                logging.info("Resuming the input after update %d: skipping its first %d batches", drawn, consumed)
-                dataset = dataset.skip(consumed)
-            return dataset
-
-        return dataset_fn
-
-    def _refuse_nonfinite(self, step, loss_sum, writer):
-        """An update was not applied: its loss or a gradient was not finite."""
-        if self.options.on_nonfinite == "stop":
-            raise DivergenceError(
-                f"Training diverged: non-finite loss or gradient at step {step} (loss {loss_sum}); "
-                f"the update was not applied. The last good checkpoint is {self.manager.latest_checkpoint}."
-            )
-        self._skipped_steps.assign_add(1)
+    def _report_skips(self, call, step):
+        """Updates were dropped for a non-finite loss or gradient: a warning (TensorBoard gets the count at each log)."""
+        scale = f"; loss scale now {float(call['loss_scale']):g}" if self._update.loss_scaled else ""
         logging.warning(
-            "Skipped the update for step %d: non-finite loss or gradient (loss %s); %d skipped so far",
-            step, loss_sum, self.skipped_steps,
+            "Skipped %d update(s) after step %d: non-finite %s (last loss %s)%s; %d skipped so far",
+            int(call["skipped"]), step, "loss" if call["last_bad_loss"] else "gradients", float(call["last_loss"]),
+            scale, self.skipped_steps,
         )
-        with writer.as_default(step=step):
-            tf.summary.scalar("skipped_steps", self.skipped_steps)
+
+    def _diverged(self, call, step):
+        """Raise for an update the options say to stop on; nothing of it was applied or saved."""
+        where = f"The last good checkpoint is {self.manager.latest_checkpoint}."
+        consecutive = int(self._update.consecutive_skips.numpy())
+        scale = f", loss scale {float(call['loss_scale']):g}" if self._update.loss_scaled else ""
+        if consecutive >= self.options.max_consecutive_skips:
+            raise DivergenceError(
+                f"Training diverged: {consecutive} updates in a row skipped for non-finite values, attempting step "
+                f"{step}{scale} (max_consecutive_skips={self.options.max_consecutive_skips}). {where}"
+            )
+        raise DivergenceError(
+            f"Training diverged: non-finite {'loss' if call['last_bad_loss'] else 'gradient'} at step {step} "
+            f"(loss {float(call['last_loss'])}{scale}); the update was not applied. {where}"
+        )
 
     def _log(self, meter, writer, step, padding_fraction):
         loss, rate, eta = meter.window(step)
@@ -447,14 +294,17 @@ class Trainer:
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", lr)
             tf.summary.scalar("tokens_per_second", rate)
+            tf.summary.scalar("skipped_steps", self.skipped_steps)
+            if self._update.loss_scaled:
+                tf.summary.scalar("loss_scale", float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale)))
             if padding_fraction is not None:
                 tf.summary.scalar("padding_fraction", padding_fraction)
         if self.options.progress:
-            meter.progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate)])
+            meter.progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate), ("skipped", self.skipped_steps)])
         else:
             logging.info(
-                "step %d/%d loss %.4f lr %.3g %.0f tok/s ETA %s",
-                step, meter.train_steps, loss, lr, rate, _format_seconds(eta),
+                "step %d/%d loss %.4f lr %.3g %.0f tok/s skipped %d ETA %s",
+                step, meter.train_steps, loss, lr, rate, self.skipped_steps, format_seconds(eta),
             )
         return {"loss": loss, "tokens_per_second": rate}
 
@@ -466,57 +316,6 @@ class Trainer:
                 tf.summary.scalar("perplexity", metrics["val_perplexity"])
         logging.info("step %d validation loss %.4f perplexity %.2f", step, metrics["val_loss"], metrics["val_perplexity"])
         return metrics
-
-
-class _ProgressMeter:
-    """Loss and token rate over the steps since the last log line, and the ETA."""
-
-    def __init__(self, train_steps, progress, start_step):
-        self.train_steps = train_steps
-        self.start_step = start_step
-        self.run_start = time.time()
-        self.progress = keras.utils.Progbar(train_steps, stateful_metrics=["loss", "lr", "tok/s"])
-        if progress:
-            self.progress.update(start_step)
-        self._reset()
-
-    def _reset(self):
-        self.window_start, self.loss_sum, self.tokens = time.time(), 0.0, 0.0
-
-    def add(self, loss_sum, tokens):
-        self.loss_sum += loss_sum
-        self.tokens += tokens
-
-    def window(self, step):
-        """`(loss per token, tokens/s, ETA seconds)` of the window; starts a new one."""
-        loss = self.loss_sum / max(self.tokens, 1.0)
-        rate = self.tokens / max(time.time() - self.window_start, 1e-9)
-        eta = (time.time() - self.run_start) / max(step - self.start_step, 1) * (self.train_steps - step)
-        self._reset()
-        return loss, rate, eta
-
-
-class _TerminationSignal:
-    """Records SIGTERM while training runs (main thread only), instead of dying mid-step."""
-
-    def __init__(self):
-        self.received = False
-        self._previous = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        del signum, frame
-        logging.warning("SIGTERM received: finishing the step and saving a checkpoint.")
-        self.received = True
-
-    def __exit__(self, *exc_info):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-        return False
 
 
 def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):
@@ -539,6 +338,19 @@ def _task_id(strategy):
     return getattr(resolver, "task_id", 0) or 0
 
 
-def _format_seconds(seconds):
-    seconds = int(seconds)
-    return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+def _next_multiple(step, every):
+    """The first multiple of `every` after `step`."""
+    return (step // every + 1) * every
+
+
+def _evaluation_step(model, label_smoothing):
+    ids = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[{"source_ids": ids, "target_ids": ids}, ids])
+    def evaluate_batch(inputs, labels):
+        logits = model(inputs, training=False)
+        smoothed, tokens = label_smoothed_nll(labels, logits, label_smoothing)
+        nll, _ = label_smoothed_nll(labels, logits, 0.0)
+        return smoothed, nll, tokens
+
+    return evaluate_batch

@@ -1,0 +1,178 @@
+"""The update step: gradients on every replica, one decision for all, applied or skipped.
+
+One call of `UpdateStep` runs up to `n` updates inside one `tf.function` (Keras'
+`steps_per_execution`), so the host reads results once per call. Each update:
+
+1. every replica computes its gradients of the summed label-smoothed loss on its batch
+   (or accumulates them over `accum_steps` batches), loss-scaled under mixed_float16;
+2. every replica packs `[loss sum, real tokens, non-finite gradient, non-finite loss,
+   stop]` into one vector, and one all-reduce gives every replica and worker the same
+   totals: the same decision everywhere;
+3. if no replica holds a NaN or Inf, the gradients divided by the global token count are
+   applied (the optimizer's all-reduce sums them); otherwise nothing is applied, the
+   step counter does not move, the skip is counted and, under loss scaling, the scale is
+   halved once (on every replica alike, in cross-replica context).
+
+The loop of one call ends early on a SIGTERM flag from any worker, or on a non-finite
+update the options say to stop on (`on_nonfinite="stop"`, or `max_consecutive_skips`
+skips in a row): the host raises after the call with the step and the scale.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.training.loss import label_smoothed_nll
+
+# The packed per-update scalars, in this order.
+LOSS, TOKENS, BAD_GRADIENT, BAD_LOSS, STOP = range(5)
+
+
+class UpdateStep:
+    """Builds and runs the compiled update loop of a `Trainer` (see the module docstring).
+
+    Args:
+        model, optimizer: built under `strategy`'s scope.
+        strategy: the `tf.distribute.Strategy`.
+        label_smoothing: of the training loss.
+        options: `TrainOptions` (accum_steps, jit_compile, on_nonfinite, max_consecutive_skips).
+        batches_drawn: int64 variable counting the global batches the input has delivered
+            (applied or skipped updates alike): the input's position.
+        skipped_steps: int64 variable counting skipped updates.
+    """
+
+    def __init__(self, model, optimizer, strategy, label_smoothing, options, batches_drawn, skipped_steps):
+        self.model, self.optimizer, self.strategy, self.options = model, optimizer, strategy, options
+        self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self.batches_drawn, self.skipped_steps = batches_drawn, skipped_steps
+        self.consecutive_skips = tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips")
+        self._accumulators = None
+        if options.accum_steps > 1:
+            with strategy.scope():
+                self._accumulators = [self._local_sum(tf.zeros(v.shape, "float32")) for v in model.trainable_variables]
+                self._accumulated = self._local_sum(tf.zeros([STOP], "float32"))  # loss, tokens, bad gradient, bad loss
+        variables = model.trainable_variables
+
+        @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
+        def gradients(inputs, labels):
+            with tf.GradientTape() as tape:
+                logits = model(inputs, training=True)  # (B, T, V) float32
+                loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing)
+                scaled = optimizer.scale_loss(loss_sum) if self.loss_scaled else loss_sum
+            return tape.gradient(scaled, variables), loss_sum, tokens
+
+        self._gradients = gradients
+        self._function = tf.function(self._run)
+
+    @staticmethod
+    def _local_sum(value):
+        return tf.Variable(value, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.SUM)
+
+    def __call__(self, iterator, num_updates, stop_flag):
+        """Run up to `num_updates` updates; returns a dict of numpy scalars (see `_run`)."""
+        results = self._function(iterator, tf.constant(num_updates, tf.int64), tf.constant(float(stop_flag)))
+        return {name: value.numpy() for name, value in results.items()}
+
+    # --- replica functions ---
+
+    def _local_values(self, grads, loss_sum, tokens):
+        """`[loss sum, tokens, bad gradient, bad loss]` of this replica."""
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        return tf.stack([loss_sum, tokens, 1.0 - tf.cast(finite, tf.float32),
+                         1.0 - tf.cast(tf.math.is_finite(loss_sum), tf.float32)])
+
+    def _replica_gradients(self, batch, stop_flag):
+        inputs, labels = batch
+        grads, loss_sum, tokens = self._gradients(inputs, labels)
+        return grads, self._all_reduce(self._local_values(grads, loss_sum, tokens), stop_flag)
+
+    def _replica_accumulate(self, batch):
+        inputs, labels = batch
+        grads, loss_sum, tokens = self._gradients(inputs, labels)
+        for accumulator, grad in zip(self._accumulators, grads):
+            accumulator.assign_add(grad)
+        # Added per batch, so that a micro-batch's NaN loss is not hidden by the gradient sum.
+        self._accumulated.assign_add(self._local_values(grads, loss_sum, tokens))
+
+    def _replica_accumulated(self, stop_flag):
+        grads = [accumulator.read_value() for accumulator in self._accumulators]
+        local = self._accumulated.read_value()
+        local = tf.concat([local[:BAD_GRADIENT], tf.minimum(local[BAD_GRADIENT:], 1.0)], axis=0)
+        return grads, self._all_reduce(local, stop_flag)
+
+    @staticmethod
+    def _all_reduce(local, stop_flag):
+        """The one collective of an update: every replica's scalars summed, the same on all of them."""
+        packed = tf.concat([local, tf.reshape(stop_flag, [1])], axis=0)
+        return tf.distribute.get_replica_context().all_reduce("sum", packed)
+
+    def _replica_apply(self, grads, tokens):
+        # Sum over the replicas' gradients (done by the optimizer) / all real tokens.
+        self.optimizer.apply_gradients(
+            zip([g / tf.maximum(tokens, 1.0) for g in grads], self.model.trainable_variables))
+
+    def _replica_reset(self):
+        for accumulator in self._accumulators:
+            accumulator.assign(tf.zeros_like(accumulator))
+        self._accumulated.assign(tf.zeros_like(self._accumulated))
+
+    # --- the compiled loop ---
+
+    def _one_update(self, iterator, stop_flag):
+        strategy = self.strategy
+        if self._accumulators is None:
+            grads, totals = strategy.run(self._replica_gradients, args=(next(iterator), stop_flag))
+        else:
+            for _ in range(self.options.accum_steps):
+                strategy.run(self._replica_accumulate, args=(next(iterator),))
+            grads, totals = strategy.run(self._replica_accumulated, args=(stop_flag,))
+        totals = strategy.experimental_local_results(totals)[0]  # equal on every replica
+        self.batches_drawn.assign_add(self.options.accum_steps * strategy.num_replicas_in_sync)
+        applied = tf.logical_and(totals[BAD_GRADIENT] == 0.0, totals[BAD_LOSS] == 0.0)
+        if applied:
+            strategy.run(self._replica_apply, args=(grads, totals[TOKENS]))
+            self.consecutive_skips.assign(0)
+        else:
+            self.skipped_steps.assign_add(1)
+            self.consecutive_skips.assign_add(1)
+            if self.loss_scaled:
+                # What LossScaleOptimizer does with non-finite gradients, decided once for all replicas.
+                self.optimizer.step_counter.assign(0)
+                self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+        if self._accumulators is not None:
+            strategy.run(self._replica_reset)
+        return totals, applied
+
+    def _must_stop(self, totals, applied):
+        """Whether the host must raise after this update (the options' limits on non-finite updates)."""
+        if applied:
+            return tf.constant(False)
+        scale_skip = tf.logical_and(tf.constant(self.loss_scaled), totals[BAD_LOSS] == 0.0)
+        stop_now = tf.logical_and(tf.constant(self.options.on_nonfinite == "stop"), tf.logical_not(scale_skip))
+        return tf.logical_or(stop_now, self.consecutive_skips >= self.options.max_consecutive_skips)
+
+    def _run(self, iterator, num_updates, stop_flag):
+        """Up to `num_updates` updates. Returns the sums over the applied updates of the loss
+        and real tokens, the number applied and skipped, the last update's totals, whether it
+        must stop the run (`diverged`) and the SIGTERM flag of any worker (`stop`)."""
+        loss_sum, tokens = tf.constant(0.0), tf.constant(0.0)
+        applied_count, skipped_count = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+        last = tf.zeros([STOP + 1])
+        diverged, stop = tf.constant(False), tf.constant(False)
+        for _ in tf.range(num_updates):
+            totals, applied = self._one_update(iterator, stop_flag)
+            last = totals
+            if applied:
+                loss_sum += totals[LOSS]
+                tokens += totals[TOKENS]
+                applied_count += 1
+            else:
+                skipped_count += 1
+            diverged = self._must_stop(totals, applied)
+            stop = totals[STOP] > 0.0
+            if tf.logical_or(diverged, stop):
+                break
+        scale = self.optimizer.dynamic_scale if self.loss_scaled else tf.constant(1.0)
+        return {"loss_sum": loss_sum, "tokens": tokens, "applied": applied_count, "skipped": skipped_count,
+                "last_loss": last[LOSS], "last_bad_gradient": last[BAD_GRADIENT], "last_bad_loss": last[BAD_LOSS],
+                "diverged": diverged, "stop": stop, "loss_scale": tf.cast(scale, tf.float32)}

@@ -1,0 +1,98 @@
+"""Training at scale on two CPU replicas: one decision for all replicas, dropout per replica, resume.
+
+One process runs every case of tests/scale_harness.py (the CPU split into two logical
+devices before TensorFlow starts); the tests read its records.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.scale_harness import CASES, OVERFLOW_RUNS
+from tests.scripts import script_environment
+
+HARNESS = str(Path(__file__).resolve().parent / "scale_harness.py")
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("scale")
+    process = subprocess.run([sys.executable, HARNESS, str(out_dir), *CASES], capture_output=True, text=True,
+                             timeout=1200, env=script_environment())
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    found = {}
+    for case in CASES:
+        found[case] = json.loads((out_dir / f"{case}.json").read_text())
+        weights = out_dir / f"{case}.npy"
+        if weights.exists():
+            found[case]["weights"] = np.load(weights)
+    return found
+
+
+@pytest.mark.parametrize("precision, accum", OVERFLOW_RUNS)
+def test_a_nonfinite_gradient_on_the_second_replica_only_is_never_applied(records, precision, accum):
+    overflow, reference = records[f"overflow_{precision}_accum{accum}"], records[f"reference_{precision}_accum{accum}"]
+    assert overflow["step"] == reference["step"] == 2  # the dropped update is not a step
+    assert overflow["skipped"] == 1 and reference["skipped"] == 0
+    assert np.isfinite(overflow["weights"]).all()
+    # Exactly the updates of a run that never saw the bad batch (loss scales are powers of two).
+    np.testing.assert_array_equal(overflow["weights"], reference["weights"])
+    if precision == "mixed_float16":
+        assert overflow["loss_scale"] == reference["loss_scale"] / 2  # lowered once, for every replica
+
+
+def test_consecutive_skips_stop_naming_the_step_and_the_scale(records):
+    record = records["consecutive_skips"]
+    assert record["error"] == (
+        "Training diverged: 3 updates in a row skipped for non-finite values, attempting step 1, loss scale 32 "
+        "(max_consecutive_skips=3). The last good checkpoint is None.")
+    assert record["step"] == 0 and record["skipped"] == 3 and record["loss_scale"] == 32.0 and record["finite"]
+
+
+def test_replicas_draw_different_dropout_masks_and_reruns_the_same(records):
+    assert records["dropout"]["replicas_max_diff"] > 0.1
+    assert records["dropout"]["rerun_max_diff"] == 0.0
+
+
+def test_resumed_run_with_dropout_on_two_replicas_equals_the_uninterrupted_one(records):
+    once, split, rerun = records["resume_once"], records["resume_split"], records["resume_rerun"]
+    assert once["epochs"] > 1.5  # the resumes fall before and after an epoch boundary
+    assert once["batches_drawn"] == split["batches_drawn"] == 2 * 6
+    np.testing.assert_array_equal(rerun["weights"], once["weights"])  # the same seed, the same run
+    np.testing.assert_allclose(split["weights"], once["weights"], rtol=0, atol=1e-6)
+    assert np.abs(once["weights"] - records["resume_changed_reference"]["weights"]).max() > 1e-3  # dropout acts
+
+
+def test_resume_with_other_replicas_and_accumulation_continues_at_the_same_examples(records):
+    changed, reference = records["resume_changed"], records["resume_changed_reference"]
+    assert changed["batches_drawn"] == reference["batches_drawn"] == 12
+    np.testing.assert_allclose(changed["weights"], reference["weights"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case.startswith("fit_overflow")])
+def test_fit_never_applies_a_nonfinite_gradient_of_either_replica(records, case):
+    overflow, reference = records[case], records[case.replace("fit_overflow", "fit_reference")]
+    assert np.isfinite(overflow["weights"]).all()
+    assert overflow["iterations"] == reference["iterations"]  # the dropped update is not counted
+    np.testing.assert_array_equal(overflow["weights"], reference["weights"])
+    if "float16" in case:
+        assert overflow["loss_scale"] == reference["loss_scale"] / 2
+
+
+@pytest.mark.parametrize("case", ["fit_split_2_1", "fit_split_1_0"])
+def test_fit_reports_the_token_weighted_loss_for_any_split_of_the_last_batch(records, case):
+    mirrored, one_device = records[case], records[f"{case}_reference"]
+    for record in (mirrored, one_device):  # the epoch's loss: all token losses over all real tokens
+        assert record["loss"] == pytest.approx(record["expected_loss"], rel=1e-5)
+    assert mirrored["evaluate"] == pytest.approx(one_device["evaluate"], rel=1e-5)
+    np.testing.assert_allclose(mirrored["weights"], one_device["weights"], rtol=0, atol=1e-6)
+
+
+def test_fit_refuses_keras_accumulation_on_several_replicas_in_one_line(records):
+    assert records["fit_accumulation_refused"]["error"] == (
+        "model.fit cannot accumulate gradients on 2 replicas (gradient_accumulation_steps=2): Keras' accumulation "
+        "does not run under tf.distribute. Use Trainer / experiments/train.py with accum_steps, or one replica.")

@@ -25,6 +25,7 @@ from keras_transformer.training import (
     create_strategy,
     train_translation,
 )
+from keras_transformer.training.progress import TerminationSignal
 
 cli.define_config_flags("tiny")
 cli.define_corpus_flags()
@@ -72,6 +73,11 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    with TerminationSignal() as termination:  # from the start: SIGTERM during start-up stops cleanly too
+        _train(termination)
+
+
+def _train(termination):
     if FLAGS.cpu_devices:
         import tensorflow as tf
 
@@ -116,7 +122,7 @@ def main(argv):
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
     logging.info("Training preset %s on dataset %s, strategy %s (%d replicas)", FLAGS.preset, FLAGS.dataset,
                  FLAGS.strategy, strategy.num_replicas_in_sync)
-    _, results = train_translation(config, model_dir, options, data, strategy)
+    _, results = train_translation(config, model_dir, options, data, strategy, termination=termination)
     if results.get("preempted") and results["step"] is None:
         print("Stopped by SIGTERM during start-up, before any update. Run the same command to resume.")
         return

@@ -52,6 +52,22 @@ def restored_step(output):
     return int(match.group(2)) if match else None
 
 
+def test_sigterm_during_start_up_stops_before_any_update(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start(run_dir, "--train_steps=40")
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if "Training preset" in line:  # logged once SIGTERM is watched, before the data is read
+            process.send_signal(signal.SIGTERM)
+            break
+    code, output = finish(process)
+    output = "".join(lines) + output
+    assert code == 0, output[-3000:]
+    assert "Stopped by SIGTERM during start-up, before any update. Run the same command to resume." in output
+    assert latest_step(run_dir) is None and "Traceback" not in output
+
+
 def test_sigkill_at_three_moments_then_resume(tmp_path):
     run_dir = tmp_path / "run"
     # 1. Killed between checkpoints, once ckpt-4 is committed.

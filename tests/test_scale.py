@@ -5,6 +5,7 @@ devices before TensorFlow starts); the tests read its records.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,14 @@ HARNESS = str(Path(__file__).resolve().parent / "scale_harness.py")
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
+    """`{case: record}`; `KT_SCALE_CASES=a,b` runs only those cases (for a quick rerun of one test)."""
     out_dir = tmp_path_factory.mktemp("scale")
-    process = subprocess.run([sys.executable, HARNESS, str(out_dir), *CASES], capture_output=True, text=True,
+    cases = os.environ.get("KT_SCALE_CASES", ",".join(CASES)).split(",")
+    process = subprocess.run([sys.executable, HARNESS, str(out_dir), *cases], capture_output=True, text=True,
                              timeout=1200, env=script_environment())
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     found = {}
-    for case in CASES:
+    for case in cases:
         found[case] = json.loads((out_dir / f"{case}.json").read_text())
         weights = out_dir / f"{case}.npy"
         if weights.exists():
@@ -78,7 +81,9 @@ def test_fit_never_applies_a_nonfinite_gradient_of_either_replica(records, case)
     overflow, reference = records[case], records[case.replace("fit_overflow", "fit_reference")]
     assert np.isfinite(overflow["weights"]).all()
     assert overflow["iterations"] == reference["iterations"]  # the dropped update is not counted
-    np.testing.assert_array_equal(overflow["weights"], reference["weights"])
+    # Under float16 the reference's gradients, at twice the scale, round a little differently.
+    np.testing.assert_allclose(overflow["weights"], reference["weights"], rtol=0,
+                               atol=1e-4 if "float16" in case else 0)
     if "float16" in case:
         assert overflow["loss_scale"] == reference["loss_scale"] / 2
 

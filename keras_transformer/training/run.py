@@ -101,7 +101,8 @@ def check_resume_settings(model_dir, payload):
                 )
 
 
-def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None):
+def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None,
+                      termination=None):
     """Train (or resume) a translation run in `model_dir`.
 
     A run directory that already holds a config must have the same architecture
@@ -117,10 +118,16 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     with `results["preempted"] = True` and `results["step"] = None`, no checkpoint written; during training, see
     `Trainer.train`.
 
+    Args:
+        termination: a `training.progress.TerminationSignal` already watching SIGTERM
+            (a script installs one first thing); default: one for this call.
+
     Returns:
         `(trainer, results)`; results as `Trainer.train`, plus the run's paths. The
         trainer is None when start-up was interrupted.
     """
+    if termination is not None:
+        return _train_translation(config, model_dir, options, data, strategy, termination)
     with TerminationSignal() as termination:
         return _train_translation(config, model_dir, options, data, strategy, termination)
 
@@ -181,6 +188,9 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
                                  "step": _restored_step(model_dir)})
     logging.info("Padding fraction of training batches: %.3f", padding)
     trainer = Trainer(config, model_dir, options, strategy)
+    if termination.received:
+        logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
+        return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
     results = trainer.train(train_input, batches(val_pairs, shuffle=False), padding_fraction=padding,
                             termination=termination)
     results.update(

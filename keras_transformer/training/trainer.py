@@ -140,7 +140,7 @@ class Trainer:
         self._restored = True
         path = runs.latest_checkpoint(self.model_dir)
         if path:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            _restore(self.checkpoint, path)
             logging.info("Restored %s at step %d", path, self.step)
         return path
 
@@ -336,6 +336,16 @@ def _seed_states(model):
 def _task_id(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     return getattr(resolver, "task_id", 0) or 0
+
+
+def _restore(checkpoint, path):
+    """Restore `path`; a checkpoint written before the input's position was kept (it counted
+    updates drawn from a stream) restores everything else, and its input starts anew."""
+    if tf.train.load_checkpoint(path).has_tensor("batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"):
+        checkpoint.restore(path).assert_existing_objects_matched()
+        return
+    checkpoint.restore(path).expect_partial()
+    logging.warning("%s holds no input position (an older checkpoint): its input starts from the first batch", path)
 
 
 def _next_multiple(step, every):

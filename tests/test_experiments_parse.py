@@ -70,3 +70,25 @@ def test_evalb_script(evalb_sample_dir):
     result = run_script("evalb.py", str(evalb_sample_dir / "ptb5.gld"), str(evalb_sample_dir / "ptb5.tst"),
                         "--sentences")
     assert result.stdout == (evalb_sample_dir / "ptb5.rsl").read_text()
+
+
+def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path):
+    """The exported parser's default signature (`ParsingModule.translate`, saved and loaded back)
+    takes tokenized sentences and returns the trees that `Parser` (parse.py) gives with the same
+    settings. (Only that signature is saved here: export_saved_model traces all five.)"""
+    import tensorflow as tf
+
+    from keras_transformer.decoding import Parser
+    from keras_transformer.export.parser import ParsingModule, is_parsing_run
+    from keras_transformer.runs import load_run
+
+    assert is_parsing_run(ptb_run)
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
+    settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
+    model, tokenizer, _ = load_run(ptb_run)
+    expected = Parser(model, tokenizer, "beam", **settings)(sentences)
+    module = ParsingModule(model, tokenizer, **settings)
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
+    loaded = tf.saved_model.load(str(tmp_path))
+    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + [""]))
+    assert [tree.decode() for tree in outputs["translation"].numpy()] == expected + [""]

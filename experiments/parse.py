@@ -18,12 +18,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import sys
-import tempfile
 from pathlib import Path
 
 from absl import app, flags
 
 from keras_transformer import cli
+from keras_transformer.data.tokenizer import _write_atomically
 from keras_transformer.decoding import Parser, decode_lines
 from keras_transformer.decoding.parser import check_not_blank
 from keras_transformer.runs import load_run, read_run_config
@@ -35,19 +35,6 @@ flags.DEFINE_string("input", None, "Tokenized sentences, one a line (default: st
 flags.DEFINE_string("output", None, "Trees, one a line (default: stdout).")
 
 FLAGS = flags.FLAGS
-
-
-def _write_atomically(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 def main(argv):
@@ -75,7 +62,7 @@ def main(argv):
     trees = parser(lines, progress=progress if FLAGS.input else None)
     text = "".join(f"{tree}\n" for tree in trees)
     if FLAGS.output:
-        _write_atomically(FLAGS.output, text)
+        _write_atomically(text.encode("utf-8"), Path(FLAGS.output))
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

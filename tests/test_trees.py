@@ -92,7 +92,8 @@ def test_flat_directory_split(ptb_sample_dir):
 
 
 def test_section_folders_get_the_standard_split(tmp_path):
-    for section, name in (("02", "wsj_0201"), ("21", "wsj_2101"), ("22", "wsj_2201"), ("23", "wsj_2301"), ("24", "wsj_2401")):
+    for section in ("02", "21", "22", "23", "24"):
+        name = f"wsj_{section}01"
         (tmp_path / section).mkdir()
         (tmp_path / section / f"{name}.mrg").write_text(f"( (S (NN w{section}) ) )\n")
     pairs = {split: load_ptb_pairs(tmp_path, split) for split in ("train", "val", "test")}

@@ -19,10 +19,9 @@ a crossing bracket.
 """
 
 import dataclasses
-import re
 from pathlib import Path
 
-from keras_transformer.data.trees import TreeError, read_trees
+from keras_transformer.data.trees import TreeError, read_trees, strip_function_tags  # EVALB strips labels alike
 
 SUMMARY_LABELS = (
     "Number of sentence", "Number of Error sentence", "Number of Skip  sentence", "Number of Valid sentence",
@@ -141,13 +140,6 @@ class _Canon:
         return item
 
 
-def _strip(label):
-    """EVALB ignores what follows `-` or `=` in a label, unless the label starts with `-`."""
-    if label.startswith("-"):
-        return label
-    return re.split(r"[-=]", label, maxsplit=1)[0] or label
-
-
 def _items(line, number, params):
     """`(length, [(tag, word)], [(label, start, end)])` of one line's trees."""
     trees = [tree for _, tree in read_trees(line, source=f"line {number}")]
@@ -161,13 +153,13 @@ def _items(line, number, params):
             if tree.label not in params.delete_labels_for_length:
                 length += 1
             if tree.label not in params.delete_labels:
-                words.append((_strip(tree.label), tree.children[0]))
+                words.append((strip_function_tags(tree.label), tree.children[0]))
             return
         start = len(words)
         for child in tree.children:
             walk(child)
         if tree.label and tree.label not in params.delete_labels and len(words) > start:
-            brackets.append((_strip(tree.label), start, len(words)))
+            brackets.append((strip_function_tags(tree.label), start, len(words)))
 
     for tree in trees:
         walk(tree)
@@ -254,8 +246,8 @@ def evalb(gold_lines, test_lines, params=EvalbParams()):
         except TreeError as err:
             raise ValueError(f"Sentence {number}: not a bracketed tree ({err})") from None
         if sum(row.status == 1 for row in rows) > params.max_error:
-            raise ValueError(f"Too many errors: more than MAX_ERROR={params.max_error} error sentences by line {number} "
-                             f"(the last: {rows[-1].reason})")
+            raise ValueError(f"Too many errors: more than MAX_ERROR={params.max_error} error sentences by line "
+                             f"{number} (the last: {rows[-1].reason})")
     short = [row for row in rows if row.length <= params.cutoff_len]
     return EvalbResult(tuple(rows), summarize(rows), summarize(short), params.cutoff_len)
 

@@ -66,7 +66,8 @@ class ParsingModule(TranslationModule):
         """Parse tokenized sentences: tf.string `(B,)` -> `{"translation": trees (B,), "score": (B,)}`."""
         text = _check_shape(text, TEXT_SPEC)
         token_ids, scores = self._search(self.encode(text))  # (B, 1, L), (B, 1)
-        return {"translation": trees_from_targets(self.decode(token_ids[:, 0]), valid_utf8(text)), "score": scores[:, 0]}
+        trees = trees_from_targets(self.decode(token_ids[:, 0]), valid_utf8(text))
+        return {"translation": trees, "score": scores[:, 0]}
 
     @tf.function(input_signature=[TEXT_SPEC])
     def translate_nbest(self, text):

@@ -16,7 +16,7 @@ A parsing run (--dataset=ptb, see docs/parsing.md) is scored with EVALB's figure
 (`keras_transformer.evaluation.evalb`, COLLINS.prm's settings; --prm for another file):
 
     python experiments/evaluate.py --model_dir=runs/ptb_sample --dataset=ptb \
-        --data_dir=../shared/data/ptb-sample --split=test --output=test.trees
+        --data_dir=../shared/data/ptb-sample --split=test --output=test.trees --gold_output=gold.trees
 """
 
 import os
@@ -42,6 +42,7 @@ flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the sp
 cli.define_scoring_flags()
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")
 flags.DEFINE_string("prm", None, "--dataset=ptb: an EVALB parameter file (default: COLLINS.prm's settings).")
+flags.DEFINE_string("gold_output", None, "--dataset=ptb: also write the split's cleaned gold trees, one a line.")
 
 FLAGS = flags.FLAGS
 
@@ -99,8 +100,9 @@ def main(argv):
 
 def evaluate_parsing(options, files):
     """--dataset=ptb: EVALB's figures of the run's parses of the split."""
+    from keras_transformer.evaluation import write_lines
     from keras_transformer.evaluation.evalb import EvalbParams, format_summary
-    from keras_transformer.evaluation.parsing import evaluate_parsing_run
+    from keras_transformer.evaluation.parsing import evaluate_parsing_run, gold_trees
 
     if not FLAGS.model_dir:
         raise app.UsageError("--dataset=ptb evaluates a run: give --model_dir")
@@ -110,6 +112,8 @@ def evaluate_parsing(options, files):
         batch_size=FLAGS.batch_size, output=FLAGS.output,
         params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(), **options.kwargs(),
     )
+    if FLAGS.gold_output:
+        write_lines(FLAGS.gold_output, gold_trees(pairs))
     settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
     print(f"ptb/{FLAGS.split}: {len(result.trees)} sentences parsed in {result.seconds:.1f} s "
           f"({result.sentences_per_second:.1f} sentences/s)")

@@ -58,9 +58,12 @@ def test_parse_script_rejects_a_blank_line(ptb_run, tmp_path):
     assert not (tmp_path / "out.txt").exists()
 
 
-def test_evaluate_script_reports_evalb_figures(ptb_run, sections):
+def test_evaluate_script_reports_evalb_figures(ptb_run, sections, tmp_path):
     result = run_script("evaluate.py", f"--model_dir={ptb_run}", "--dataset=ptb", f"--data_dir={sections}",
-                        "--split=val", "--max_sentences=3", "--method=greedy", "--max_output_offset=10")
+                        "--split=val", "--max_sentences=3", "--method=greedy", "--max_output_offset=10",
+                        f"--gold_output={tmp_path / 'gold.trees'}")
+    gold = [parse_tree(line) for line in (tmp_path / "gold.trees").read_text().splitlines()]
+    assert [" ".join(tree.words()) for tree in gold] == [words for words, _ in load_ptb_pairs(sections, "val")[:3]]
     assert "ptb/val: 3 sentences parsed" in result.stdout
     for label in ("Bracketing FMeasure       = ", "Tagging accuracy          = ", "-- len<=40 --"):
         assert label in result.stdout

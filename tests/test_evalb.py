@@ -60,3 +60,11 @@ def test_bad_prm_line(tmp_path):
     path.write_text("LABELED 1\nCUTOFF_LEN forty\n")
     with pytest.raises(ValueError, match=r"bad.prm:2: "):
         EvalbParams.from_file(path)
+
+
+def test_punctuation_is_what_the_gold_tree_tags_so():
+    """A word the test mis-tags as punctuation is still scored (EVALB deletes by the gold tags)."""
+    gold = ["(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))"]
+    test = ["(TOP (S (NP (NNP Haag)) (VP (. plays)) (NN .)))"]
+    row = evalb(gold, test).rows[0]
+    assert (row.status, row.words, row.correct_tags, row.matched, row.gold, row.test) == (0, 2, 1, 3, 3, 3)

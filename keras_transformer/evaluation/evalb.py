@@ -6,7 +6,8 @@ labels, e.g. `Bracketing FMeasure       =  91.30`. The default parameters are th
 EVALB's `COLLINS.prm`, the standard setting of the parsing literature:
 
 * `TOP` brackets are not counted; punctuation preterminals (`,` `:` ``` `` ``` `''` `.`) and
-  empty elements (`-NONE-`) are deleted with their words before brackets are compared;
+  empty elements (`-NONE-`) are deleted with their words before brackets are compared (which
+  words: those the gold tree tags so, on both sides, as EVALB does);
 * function tags and indices are ignored (`NP-SBJ-1` is `NP`);
 * `ADVP` and `PRT` count as one label;
 * a sentence's length (for the `len<=40` figures) counts every word but `-NONE-`.
@@ -140,30 +141,56 @@ class _Canon:
         return item
 
 
-def _items(line, number, params):
-    """`(length, [(tag, word)], [(label, start, end)])` of one line's trees."""
+def _raw_items(line, number, params):
+    """`(length, [(raw tag, word)], [(label, start, end)])` of one line's trees, spans over all its words."""
     trees = [tree for _, tree in read_trees(line, source=f"line {number}")]
-    length = 0
     words = []
     brackets = []
 
     def walk(tree):
-        nonlocal length
         if tree.is_preterminal:
-            if tree.label not in params.delete_labels_for_length:
-                length += 1
-            if tree.label not in params.delete_labels:
-                words.append((strip_function_tags(tree.label), tree.children[0]))
+            words.append((tree.label, tree.children[0]))
             return
         start = len(words)
         for child in tree.children:
             walk(child)
-        if tree.label and tree.label not in params.delete_labels and len(words) > start:
+        if tree.label and tree.label not in params.delete_labels:
             brackets.append((strip_function_tags(tree.label), start, len(words)))
 
     for tree in trees:
         walk(tree)
+    length = sum(tag not in params.delete_labels_for_length for tag, _ in words)
     return length, words, brackets
+
+
+def _delete(words, brackets, deleted):
+    """The words whose positions are not in `deleted` (tags stripped), and the brackets re-spanned
+    over them; a bracket left without words is dropped."""
+    kept_before = [0]
+    for position in range(len(words)):
+        kept_before.append(kept_before[-1] + (position not in deleted))
+    kept = [(strip_function_tags(tag), word) for position, (tag, word) in enumerate(words) if position not in deleted]
+    spans = [(label, kept_before[start], kept_before[end]) for label, start, end in brackets]
+    return kept, [(label, start, end) for label, start, end in spans if end > start]
+
+
+def _items(gold_line, test_line, number, params):
+    """`(length, gold words, gold brackets, test words, test brackets)` after deletion.
+
+    As EVALB: when both lines hold the same number of words, the words deleted (punctuation,
+    empty elements) are those the **gold** tree tags with a `DELETE_LABEL`, on both sides, so a
+    word the test mis-tags as punctuation is still scored; otherwise each side deletes by its
+    own tags (and different lengths are an error).
+    """
+    length, gold_words, gold_brackets = _raw_items(gold_line, number, params)
+    _, test_words, test_brackets = _raw_items(test_line, number, params)
+
+    def deleted(words):
+        return {position for position, (tag, _) in enumerate(words) if tag in params.delete_labels}
+
+    gold_deleted = deleted(gold_words)
+    test_deleted = gold_deleted if len(gold_words) == len(test_words) else deleted(test_words)
+    return (length, *_delete(gold_words, gold_brackets, gold_deleted), *_delete(test_words, test_brackets, test_deleted))
 
 
 def _crosses(first, second):
@@ -176,10 +203,9 @@ def score_sentence(gold_line, test_line, params=EvalbParams(), number=0):
     labels, words_eq = _Canon(params.eq_labels), _Canon(params.eq_words)
     if not gold_line.strip():
         return SentenceScore(0, 2, reason="blank gold line")
-    length, gold_words, gold_brackets = _items(gold_line, number, params)
     if not test_line.strip():
-        return SentenceScore(length, 2, reason="blank test line")
-    _, test_words, test_brackets = _items(test_line, number, params)
+        return SentenceScore(_raw_items(gold_line, number, params)[0], 2, reason="blank test line")
+    length, gold_words, gold_brackets, test_words, test_brackets = _items(gold_line, test_line, number, params)
     if len(gold_words) != len(test_words):
         return SentenceScore(length, 1, reason="length unmatch")
     if any(words_eq(g) != words_eq(t) for (_, g), (_, t) in zip(gold_words, test_words)):

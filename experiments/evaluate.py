@@ -11,6 +11,12 @@ settings not given come from the run's config (paper: beam 4, length penalty 0.6
 length + 50); a SavedModel decodes with the settings fixed at export. --tokenize defaults
 to 13a, except "char" for the built-in task (one German word per sentence: word BLEU
 would be 0 for every system).
+
+A parsing run (--dataset=ptb, see docs/parsing.md) is scored with EVALB's figures instead
+(`keras_transformer.evaluation.evalb`, COLLINS.prm's settings; --prm for another file):
+
+    python experiments/evaluate.py --model_dir=runs/ptb_sample --dataset=ptb \
+        --data_dir=../shared/data/ptb-sample --split=test --output=test.trees --gold_output=gold.trees
 """
 
 import os
@@ -35,6 +41,8 @@ flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
 cli.define_scoring_flags()
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")
+flags.DEFINE_string("prm", None, "--dataset=ptb: an EVALB parameter file (default: COLLINS.prm's settings).")
+flags.DEFINE_string("gold_output", None, "--dataset=ptb: also write the split's cleaned gold trees, one a line.")
 
 FLAGS = flags.FLAGS
 
@@ -49,6 +57,8 @@ def main(argv):
         raise app.UsageError(f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}.")
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
+    if FLAGS.dataset == "ptb":
+        return evaluate_parsing(options, cli.ptb_files())
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files)
     if FLAGS.max_sentences:
         pairs = pairs[: FLAGS.max_sentences]
@@ -86,6 +96,32 @@ def main(argv):
     print(f"exact match: {100 * result.scores.exact_match:.1f}%")
     if FLAGS.output:
         print(f"hypotheses: {FLAGS.output}")
+
+
+def evaluate_parsing(options, files):
+    """--dataset=ptb: EVALB's figures of the run's parses of the split."""
+    from keras_transformer.evaluation import write_lines
+    from keras_transformer.evaluation.evalb import EvalbParams, format_summary
+    from keras_transformer.evaluation.parsing import evaluate_parsing_run, gold_trees
+
+    if not FLAGS.model_dir:
+        raise app.UsageError("--dataset=ptb evaluates a run: give --model_dir")
+    pairs = load_pairs("ptb", FLAGS.split, data_dir=FLAGS.data_dir, files=files)[: FLAGS.max_sentences]
+    result = evaluate_parsing_run(
+        FLAGS.model_dir, pairs, options.method, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
+        batch_size=FLAGS.batch_size, output=FLAGS.output,
+        params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(), **options.kwargs(),
+    )
+    if FLAGS.gold_output:
+        write_lines(FLAGS.gold_output, gold_trees(pairs))
+    settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
+    print(f"ptb/{FLAGS.split}: {len(result.trees)} sentences parsed in {result.seconds:.1f} s "
+          f"({result.sentences_per_second:.1f} sentences/s)")
+    print(f"settings: {settings}")
+    print(f"-- All --\n{format_summary(result.evalb.all)}\n-- len<={result.evalb.cutoff_len} --")
+    print(format_summary(result.evalb.short), end="")
+    if FLAGS.output:
+        print(f"trees: {FLAGS.output}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from keras_transformer.export import (
     serving_commands,
     validation_sample,
 )
+from keras_transformer.export.parser import ParsingModule, is_parsing_run
 from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
 import tensorflow as tf  # noqa: E402,I001  (after keras_transformer, see above)
@@ -81,7 +82,8 @@ def main(argv):
         export_for_ctranslate2(export_dir, options)
         return
     progress(f"Loading {FLAGS.model_dir}")
-    translator = TranslationModule.from_run(
+    module = ParsingModule if is_parsing_run(FLAGS.model_dir) else TranslationModule  # --dataset=ptb: trees out
+    translator = module.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,

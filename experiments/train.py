@@ -90,6 +90,8 @@ def _train(termination):
         if missing:
             raise app.UsageError(f"--dataset=files needs {', '.join(missing)}.")
         files = {"train": (FLAGS.train_src, FLAGS.train_tgt), "val": (FLAGS.val_src, FLAGS.val_tgt)}
+    elif FLAGS.dataset == "ptb":
+        files = cli.ptb_files()
     boundaries = None
     if FLAGS.bucket_boundaries:
         try:

@@ -44,6 +44,10 @@ def define_corpus_flags(split=None):
     flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
     flags.DEFINE_string("src_lang", "en", "Source language.")
     flags.DEFINE_string("tgt_lang", "de", "Target language.")
+    flags.DEFINE_list("ptb_val_files", None, "--dataset=ptb, flat directory: val (dev) file names (fnmatch patterns; "
+                      "default: the tenth of the files before the test files).")
+    flags.DEFINE_list("ptb_test_files", None, "--dataset=ptb, flat directory: test file names (fnmatch patterns; "
+                      "default: the last tenth of the files by name).")
     if split:
         flags.DEFINE_enum("split", split, list(SPLITS), "Corpus split.")
 
@@ -121,21 +125,22 @@ def define_scoring_flags():
 
 
 # Vocabulary sizes that suit each corpus when neither --vocabulary_size nor a corpus preset gives one.
-DEFAULT_VOCABULARY = {"builtin": 256, "multi30k": 8000, "files": 8000, "wmt14": 37000}
+DEFAULT_VOCABULARY = {"builtin": 256, "multi30k": 8000, "files": 8000, "wmt14": 37000, "ptb": 16000}
 
 
 def corpus_defaults(preset, dataset):
     """Config defaults for training `preset` on `dataset` (flags still override them).
 
     The vocabulary size suits the corpus, except for a preset named after a corpus (e.g.
-    `multi30k`): that is the corpus's own recipe and keeps its vocabulary size.
+    `multi30k`, or `ptb_sample` for `ptb`): that is the corpus's own recipe and keeps its
+    vocabulary size.
 
     Example:
 
     >>> corpus_defaults("tiny", "builtin"), corpus_defaults("multi30k", "multi30k")
     ({'vocabulary_size': 256}, {})
     """
-    if preset in DATASETS:
+    if preset in DATASETS or preset.startswith(f"{dataset}_"):
         return {}
     return {"vocabulary_size": DEFAULT_VOCABULARY[dataset]}
 
@@ -200,3 +205,8 @@ def run(main):
 def _fail(message, status):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(status)
+
+
+def ptb_files(flag_values=flags.FLAGS):
+    """`load_pairs`'s `files` for `--dataset=ptb`: the held-out file patterns given, or None."""
+    return {"val": flag_values.ptb_val_files, "test": flag_values.ptb_test_files}

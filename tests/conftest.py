@@ -27,6 +27,25 @@ def multi30k_dir():
     return path
 
 
+def _shared_data(name):
+    path = SHARED_DIR / "data" / name
+    if not path.is_dir():
+        pytest.skip(f"the shared {name} copy is not at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ptb_sample_dir():
+    """The shared Penn Treebank sample (flat `wsj_0001.mrg` ... `wsj_0169.mrg`); skips when absent."""
+    return _shared_data("ptb-sample")
+
+
+@pytest.fixture(scope="session")
+def evalb_sample_dir():
+    """EVALB's reference cases (`sample.gld`/`.tst`/`.prm`/`.rsl`, `ptb5.*`, `COLLINS.prm`); skips when absent."""
+    return _shared_data("evalb-sample")
+
+
 # A small configuration that trains in seconds on the embedded task (the tokenizer needs
 # at least ~100 pieces for its words).
 TRAINED_RUN_CONFIG = dict(

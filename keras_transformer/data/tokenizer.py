@@ -48,6 +48,9 @@ BOS_ID = 2
 EOS_ID = 3
 """Id of the end-of-sequence piece ``</s>``."""
 
+WORD_START = "\u2581"
+"""SentencePiece's word-start mark ``▁``: a piece that begins with it begins a word."""
+
 _NUM_RESERVED = 4
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
@@ -114,6 +117,7 @@ def train_sentencepiece(
     seed: int = 0,
     max_sentences: int | None = None,
     num_threads: int = 1,
+    whole_words: Sequence[str] = (),
 ) -> Path:
     """Trains a SentencePiece model on in-memory sentences and writes it to disk.
 
@@ -141,6 +145,10 @@ def train_sentencepiece(
         max_sentences: If set and there are more non-empty sentences, train on
             a seeded uniform sample of this many.
         num_threads: SentencePiece trainer threads.
+        whole_words: Words that are always exactly one piece, ``"▁" + word``
+            (SentencePiece user-defined symbols), wherever they stand as a whole
+            word; e.g. the bracket, label and tag symbols of linearized trees
+            (``data.trees.tree_symbols``). They count in ``vocabulary_size``.
 
     Returns:
         ``output_path`` as a :class:`pathlib.Path`.
@@ -167,6 +175,8 @@ def train_sentencepiece(
     if max_sentences is not None:
         check_positive_int("max_sentences", max_sentences)
     check_positive_int("num_threads", num_threads)
+    if isinstance(whole_words, str) or any(not word or word.split() != [word] for word in whole_words):
+        raise ValueError(f"whole_words must be a sequence of words without spaces. Received: {whole_words!r}")
     if isinstance(sentences, str):
         raise ValueError("sentences must be an iterable of strings, not a single string")
     corpus = _sample_sentences(sentences, max_sentences, seed)
@@ -192,6 +202,7 @@ def train_sentencepiece(
             input_sentence_size=0,
             shuffle_input_sentence=False,
             num_threads=num_threads,
+            user_defined_symbols=[WORD_START + word for word in whole_words],
             minloglevel=2,
         )
     except RuntimeError as err:

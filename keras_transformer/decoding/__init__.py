@@ -21,6 +21,7 @@ from keras_transformer.decoding.greedy import filter_logits, greedy_search, reco
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.lengths import length_penalty
 from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions
+from keras_transformer.decoding.parser import Parser
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.steps import CachedStep, RecomputeStep, make_step
 from keras_transformer.decoding.translator import (
@@ -31,12 +32,14 @@ from keras_transformer.decoding.translator import (
     translate_in_batches,
     translate_lines,
 )
+from keras_transformer.decoding.tree_constraint import TreeConstraint
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "METHODS",
     "PAD_ID",
+    "Parser",
     "UNK_ID",
     "CachedStep",
     "RecomputeStep",
@@ -44,6 +47,7 @@ __all__ = [
     "SavedModelTranslator",
     "SearchOptions",
     "Translator",
+    "TreeConstraint",
     "beam_search",
     "best_hypotheses",
     "decode_lines",

@@ -51,6 +51,7 @@ def beam_search(
     max_length=None,
     num_return=1,
     use_cache=True,
+    constraint=None,
 ):
     """Beam search for the hypotheses with the best length-normalized log-probability.
 
@@ -69,6 +70,8 @@ def beam_search(
         num_return: how many hypotheses to return per sentence (<= beam_size).
         use_cache: decode with the key/value cache; False re-runs the full decoder over the
             prefix every step (the baseline).
+        constraint: None, or an object whose `apply` masks the ids a hypothesis may not
+            take next (`TreeConstraint`: every output a tree over the source's words).
 
     Returns:
         `(token_ids int32 (B, R, L), scores float32 (B, R))`, best first. Outputs exclude
@@ -113,6 +116,7 @@ def beam_search(
     finished_ids = tf.zeros_like(alive_ids)  # (B, K, L + 1)
     finished_scores = tf.fill([batch_size, k], _NEG_INF)  # (B, K)
     done = tf.less_equal(limits, 0)  # (B,)
+    words = constraint.source_words(source_ids) if constraint is not None else None  # (B,)
     best_possible_penalty = lengths_lib.length_penalty(limits, alpha)  # (B,) lp(limit)
     width = tf.shape(alive_ids)[2]
     slots = tf.range(width)  # (L + 1,)
@@ -126,6 +130,10 @@ def beam_search(
         flat_ids = tf.reshape(alive_ids, [-1, width])  # (A * K, L + 1)
         logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V)
         log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # not renormalized
+        if constraint is not None:  # per hypothesis: its sentence's words and limit
+            log_probs = constraint.apply(
+                log_probs, flat_ids, index, tf.repeat(tf.gather(words, active), k), tf.repeat(tf.gather(limits, active), k)
+            )
         vocabulary_size = log_probs.shape[-1] or tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [num_active, k, vocabulary_size])  # (A, K, V)
         active_done = tf.gather(done, active)  # (A,)

@@ -20,8 +20,9 @@ from keras_transformer.decoding.steps import loop_shape_invariants, make_step
 _UNIT = 1.0 / (1 << 24)
 
 
-def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
-    """The shared loop. `choose(logits (B, V), log_probs (B, V), index) -> tokens (B,)`."""
+def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, constraint=None):
+    """The shared loop. `choose(logits (B, V), log_probs (B, V), index) -> tokens (B,)`;
+    `constraint` (e.g. a `TreeConstraint`) masks the ids a hypothesis may not take next."""
     source_ids = lengths_lib.as_source_ids(source_ids)
     buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
@@ -33,6 +34,7 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
     slots = tf.range(tf.shape(target_ids)[1])  # (L + 1,)
     scores = tf.zeros([batch_size], tf.float32)
     finished = tf.less_equal(limits, 0)  # (B,)
+    words = constraint.source_words(source_ids) if constraint is not None else None  # (B,)
 
     def cond(index, target_ids, scores, finished, state):
         return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(finished)))
@@ -41,6 +43,9 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
         logits, state = step_fn.step(state, target_ids, index)  # (B, V)
         log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # (B, V), not renormalized
         logits = lengths_lib.mask_banned(logits)
+        if constraint is not None:
+            log_probs = constraint.apply(log_probs, target_ids, index, words, limits)
+            logits = constraint.apply(logits, target_ids, index, words, limits)
         tokens = tf.cast(choose(logits, log_probs, index), tf.int32)  # (B,)
         token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)  # (B,)
         tokens = tf.where(finished, PAD_ID, tokens)
@@ -56,7 +61,7 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose):
     return target_ids[:, 1:], scores
 
 
-def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_cache=True):
+def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_cache=True, constraint=None):
     """Greedy decoding: the most probable next token at every step.
 
     Args:
@@ -72,6 +77,8 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
             its number of non-PAD source tokens.
         use_cache: decode with the key/value cache (`CachedStep`); False re-runs the full
             decoder over the prefix every step (`RecomputeStep`).
+        constraint: None, or an object whose `apply` masks the ids a hypothesis may not
+            take next (`TreeConstraint`: every output a tree over the source's words).
 
     Returns:
         `(token_ids int32 (B, L), scores float32 (B,))`: outputs without BOS, with EOS when
@@ -92,7 +99,7 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
     def choose(logits, log_probs, index):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
 
-    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose)
+    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint)
 
 
 def recompute_greedy_search(model, source_ids, max_length=None, max_output_offset=50):
@@ -162,6 +169,7 @@ def sample(
     max_length=None,
     max_output_offset=50,
     use_cache=True,
+    constraint=None,
 ):
     """Ancestral sampling, optionally restricted to the top-k tokens and/or the nucleus top-p.
 
@@ -179,7 +187,7 @@ def sample(
             `top_p` (1.0 = all).
         seed: an int, an int tensor of shape `()` or `(2,)`, or None for a fresh random
             seed on every call.
-        max_length, max_output_offset, use_cache: as in `greedy_search`.
+        max_length, max_output_offset, use_cache, constraint: as in `greedy_search`.
 
     Returns:
         `(token_ids int32 (B, L), scores float32 (B,))` as in `greedy_search`; scores are
@@ -201,4 +209,4 @@ def sample(
         gumbel = -tf.math.log(-tf.math.log(noise))  # (B, V)
         return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
 
-    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose)
+    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint)

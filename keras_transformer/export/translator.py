@@ -150,6 +150,7 @@ class TranslationModule(tf.Module):
         self.max_output_length = max_output_length
         self.max_source_length = max_source_length
         self.vocabulary_size = config.vocabulary_size
+        self.constraint = None  # a search constraint (export.parser.ParsingModule's TreeConstraint)
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, average_last=None, **settings):
@@ -281,6 +282,7 @@ class TranslationModule(tf.Module):
             max_output_offset=self.max_output_offset,
             max_length=self.max_output_length if self.static_buffer else None,  # None: S + offset
             num_return=num_return,
+            constraint=self.constraint,
         )  # (N, R, L), (N, R)
         batch_size = tf.shape(source_ids, out_type=tf.int64)[0]
         width = tf.shape(token_ids, out_type=tf.int64)[2]

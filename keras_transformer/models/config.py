@@ -228,6 +228,19 @@ PRESETS = {
         "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
         dict(**_TINY_ARCHITECTURE, dropout=0.2, warmup_steps=800, learning_rate_scale=1.0, train_steps=3000),
     ),
+    "ptb_sample": (
+        "Parsing recipe for the Penn Treebank sample on a 2-core CPU (docs/parsing.md): the tiny "
+        "architecture with a 2,000-piece vocabulary, P_drop 0.3, sequences up to 256; the WSJ search "
+        "settings (beam 21, alpha 0.3, output up to input + 300)",
+        dict(**{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256}, dropout=0.3, warmup_steps=320,
+             learning_rate_scale=1.0, train_steps=1600, beam_size=21, length_penalty=0.3, max_output_offset=300),
+    ),
+    "ptb_wsj": (
+        "Table 4, WSJ only: 4 + 4 layers, d_model 1024 (the base model's other settings), a 16K vocabulary; "
+        "beam 21, alpha 0.3, output up to input + 300",
+        dict(vocabulary_size=16000, num_encoder_layers=4, num_decoder_layers=4, hidden_dim=1024, max_length=1024,
+             beam_size=21, length_penalty=0.3, max_output_offset=300),
+    ),
     "small": (
         "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",
         dict(

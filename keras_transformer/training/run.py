@@ -15,7 +15,7 @@ from absl import logging
 
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.plan import BatchPlan
-from keras_transformer.data.sources import load_pairs
+from keras_transformer.data.sources import load_pairs, whole_words
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.runs import (
@@ -33,7 +33,7 @@ from keras_transformer.training.progress import TerminationSignal
 from keras_transformer.training.trainer import Trainer, write_run_config
 
 
-def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0):
+def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0, whole_words=()):
     """Load the run's SentencePiece model, or train a joint one on `pairs` and save it there.
 
     Only the chief trains; other workers of a multi-worker run wait for its file.
@@ -48,7 +48,7 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
     if not path.exists():
         sentences = [text for pair in pairs for text in pair]
         logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
-        train_sentencepiece(sentences, path, vocabulary_size, seed=seed)
+        train_sentencepiece(sentences, path, vocabulary_size, seed=seed, whole_words=whole_words)
     return Tokenizer(path)
 
 
@@ -158,7 +158,8 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
     interrupted = _Interrupted(termination)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
-    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief)
+    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief,
+                                  whole_words=whole_words(data.dataset, train_pairs))
 
     def batches(pairs, **kwargs):
         return make_dataset(pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length,

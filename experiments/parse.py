@@ -1,0 +1,72 @@
+r"""Parse tokenized sentences with a run trained on --dataset=ptb: one sentence in, one tree out.
+
+    echo "Ms. Haag plays Elianti ." | python experiments/parse.py --model_dir=runs/ptb_sample
+    python experiments/parse.py --model_dir=runs/ptb_sample --input=sentences.txt --output=trees.txt
+
+Input: Penn Treebank tokens, space-separated, one sentence a line, from --input (default:
+stdin). Output: one tree a line, `(TOP (S (NP (NNP Ms.) (NNP Haag)) ...))`, to --output
+(default: stdout), in input order; every tree has exactly the line's words, in order, with one
+POS tag each. Sentences are parsed in length-sorted batches (--batch_size), with progress on
+stderr when reading a file. A blank line, or one longer than the model takes, stops the run
+with one line naming it, before anything is parsed; --output is written only when every
+sentence is parsed. Search settings not given come from the run's config (ptb presets: beam
+21, length penalty 0.3, input length + 300).
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+
+import sys
+from pathlib import Path
+
+from absl import app, flags
+
+from keras_transformer import cli
+from keras_transformer.data.tokenizer import _write_atomically
+from keras_transformer.decoding import Parser, decode_lines
+from keras_transformer.decoding.parser import check_not_blank
+from keras_transformer.runs import load_run, read_run_config
+
+flags.DEFINE_string("model_dir", None, "Run directory trained with --dataset=ptb.", required=True)
+cli.define_checkpoint_flags()
+cli.define_search_flags(batch_size=32)
+flags.DEFINE_string("input", None, "Tokenized sentences, one a line (default: stdin).")
+flags.DEFINE_string("output", None, "Trees, one a line (default: stdout).")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    if FLAGS.input:
+        try:
+            data = Path(FLAGS.input).read_bytes()
+        except OSError as err:
+            raise app.UsageError(f"Cannot read --input={FLAGS.input}: {err.strerror}") from err
+        name = FLAGS.input
+    else:
+        data, name = sys.stdin.buffer.read(), "stdin"
+    lines, _ = decode_lines(data)
+    check_not_blank(lines, name)  # before the model loads
+    if FLAGS.method == "sample":
+        raise app.UsageError("--method must be greedy or beam for parsing")
+    options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
+    model, tokenizer, _ = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
+    parser = Parser(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
+    parser.check(lines, name=name)
+
+    def progress(done, total):
+        print(f"\rparsed {done}/{total} sentences", end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+    trees = parser(lines, progress=progress if FLAGS.input else None)
+    text = "".join(f"{tree}\n" for tree in trees)
+    if FLAGS.output:
+        _write_atomically(text.encode("utf-8"), Path(FLAGS.output))
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    cli.run(main)

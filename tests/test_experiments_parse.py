@@ -1,0 +1,97 @@
+"""Smoke tests of the parsing scripts: train.py --dataset=ptb --preset=ptb_wsj on the sample
+arranged in WSJ section folders, parse.py, evaluate.py --dataset=ptb and evalb.py."""
+
+import pytest
+
+from keras_transformer.data.treebank import load_ptb_pairs
+from keras_transformer.data.trees import parse_tree
+from tests.scripts import run_script
+
+TINY = dict(num_encoder_layers=1, num_decoder_layers=1, hidden_dim=32, intermediate_dim=64, num_heads=2,
+            vocabulary_size=400, max_length=128, train_steps=2, warmup_steps=1)
+
+
+@pytest.fixture(scope="module")
+def sections(tmp_path_factory, ptb_sample_dir):
+    """A few sample files as WSJ sections 02, 22 and 23 (links, nothing copied)."""
+    root = tmp_path_factory.mktemp("wsj")
+    layout = {"02": range(1, 13), "22": (13,), "23": (14,)}
+    for section, numbers in layout.items():
+        (root / section).mkdir()
+        for number in numbers:
+            (root / section / f"wsj_{section}{number:02d}.mrg").symlink_to(ptb_sample_dir / f"wsj_{number:04d}.mrg")
+    return root
+
+
+@pytest.fixture(scope="module")
+def ptb_run(tmp_path_factory, sections):
+    """The ptb_wsj preset (shrunk) trained 2 steps on the sections by the training code."""
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.training import DataOptions, TrainOptions, train_translation
+
+    config = get_preset("ptb_wsj", **TINY)
+    assert (config.beam_size, config.length_penalty, config.max_output_offset) == (21, 0.3, 300)
+    run_dir = tmp_path_factory.mktemp("ptb_run")
+    options = TrainOptions(batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False)
+    train_translation(config, run_dir, options, DataOptions("ptb", data_dir=str(sections)))
+    return run_dir
+
+
+def test_parse_script(ptb_run, sections, tmp_path):
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
+    (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
+    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
+                        f"--output={tmp_path / 'out.txt'}", "--beam_size=2", "--max_output_offset=10")
+    trees = [parse_tree(line) for line in (tmp_path / "out.txt").read_text().splitlines()]
+    assert [tree.words() for tree in trees] == [s.split() for s in sentences]
+    assert "parsed 3/3 sentences" in result.stderr
+
+
+def test_parse_script_rejects_a_blank_line(ptb_run, tmp_path):
+    (tmp_path / "in.txt").write_text("Ms. Haag plays .\n\nIt is .\n")
+    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
+                        f"--output={tmp_path / 'out.txt'}", check=False)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {tmp_path / 'in.txt'}, line 2: a blank line (one tokenized sentence per line)"]
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_evaluate_script_reports_evalb_figures(ptb_run, sections, tmp_path):
+    result = run_script("evaluate.py", f"--model_dir={ptb_run}", "--dataset=ptb", f"--data_dir={sections}",
+                        "--split=val", "--max_sentences=3", "--method=greedy", "--max_output_offset=10",
+                        f"--gold_output={tmp_path / 'gold.trees'}")
+    gold = [parse_tree(line) for line in (tmp_path / "gold.trees").read_text().splitlines()]
+    assert [" ".join(tree.words()) for tree in gold] == [words for words, _ in load_ptb_pairs(sections, "val")[:3]]
+    assert "ptb/val: 3 sentences parsed" in result.stdout
+    for label in ("Bracketing FMeasure       = ", "Tagging accuracy          = ", "-- len<=40 --"):
+        assert label in result.stdout
+
+
+def test_evalb_script(evalb_sample_dir):
+    result = run_script("evalb.py", str(evalb_sample_dir / "ptb5.gld"), str(evalb_sample_dir / "ptb5.tst"),
+                        "--sentences")
+    assert result.stdout == (evalb_sample_dir / "ptb5.rsl").read_text()
+
+
+def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path):
+    """The exported parser's default signature (`ParsingModule.translate`, saved and loaded back)
+    takes tokenized sentences and returns the trees that `Parser` (parse.py) gives with the same
+    settings. (Only that signature is saved here: export_saved_model traces all five.)"""
+    import tensorflow as tf
+
+    from keras_transformer.decoding import Parser
+    from keras_transformer.export.parser import ParsingModule, is_parsing_run
+    from keras_transformer.runs import load_run
+
+    assert is_parsing_run(ptb_run)
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
+    settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
+    model, tokenizer, _ = load_run(ptb_run)
+    expected = Parser(model, tokenizer, "beam", **settings)(sentences)
+    module = ParsingModule(model, tokenizer, **settings)
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
+    loaded = tf.saved_model.load(str(tmp_path))
+    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + [""]))
+    assert [tree.decode() for tree in outputs["translation"].numpy()] == expected + [""]

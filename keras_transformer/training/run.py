@@ -6,12 +6,12 @@ Everything a run needs later (decoding, evaluation, export) is written into its 
 
 import dataclasses
 import time
-from pathlib import Path
 
 import keras
 import tensorflow as tf
 from absl import logging
 
+from keras_transformer import fs
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
@@ -29,11 +29,11 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
     path = tokenizer_path(model_dir)
     if not chief:
         deadline = time.time() + timeout
-        while not path.exists():
+        while not fs.exists(path):
             if time.time() > deadline:
                 raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s")
             time.sleep(0.5)
-    if not path.exists():
+    if not fs.exists(path):
         sentences = [text for pair in pairs for text in pair]
         logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
         train_sentencepiece(sentences, path, vocabulary_size, seed=seed)
@@ -71,8 +71,8 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
-    model_dir = Path(model_dir)
-    if config_path(model_dir).exists():
+    model_dir = fs.as_path(model_dir)
+    if fs.exists(config_path(model_dir)):
         previous, _ = read_run_config(model_dir)
         before, now = previous.architecture(), config.architecture()
         changed = sorted(name for name in now if before[name] != now[name])
@@ -87,6 +87,8 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         check_bucket_boundaries(data.bucket_boundaries, max_length)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
+    if chief:
+        fs.check_writable(model_dir)  # now, not at the first checkpoint
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief)

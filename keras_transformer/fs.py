@@ -151,10 +151,26 @@ def rmtree(path):
         gfile.rmtree(os.fspath(path))
 
 
+# Filesystems whose rename moves a file but not a directory's contents: there a directory
+# is copied, then the source removed.
+_NO_DIRECTORY_RENAME = ("ram://",)
+
+
 def rename(source, target, overwrite=False):
     """Rename a file or directory (atomic on local disks; `FileExistsError` if `target` exists)."""
+    source, target = os.fspath(source), os.fspath(target)
     with os_errors(target):
-        gfile.rename(os.fspath(source), os.fspath(target), overwrite=overwrite)
+        if source.startswith(_NO_DIRECTORY_RENAME) and gfile.isdir(source):
+            if gfile.exists(target) and not overwrite:
+                raise FileExistsError(errno.EEXIST, "already exists", target)
+            copy_tree(source, target)
+            for directory, _, files in gfile.walk(source, topdown=False):  # gfile.rmtree trips on "a/.b"
+                for file_name in files:
+                    if gfile.exists(join(directory, file_name)):
+                        gfile.remove(join(directory, file_name))
+                gfile.remove(directory)
+        else:
+            gfile.rename(source, target, overwrite=overwrite)
     return as_path(target)
 
 
@@ -261,7 +277,8 @@ def copy_tree(source, target):
         destination = join(target, relative) if relative else as_path(target)
         makedirs(destination)
         for file_name in files:
-            _copy_file(join(directory, file_name), join(destination, file_name))
+            if gfile.exists(join(directory, file_name)):  # ram:// also lists "a.b/c" as "a/.b/c"
+                _copy_file(join(directory, file_name), join(destination, file_name))
     return as_path(target)
 
 

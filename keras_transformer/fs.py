@@ -2,7 +2,8 @@
 
 Every file the toolkit reads or writes on a path a user gave (run directories, data files,
 exports, evaluation outputs) goes through this module, which speaks `tf.io.gfile`.
-`gs://` is built into TensorFlow; `s3://` and `hdfs://` need `import tensorflow_io`.
+`gs://` is built into TensorFlow; `s3://` and `hdfs://` need the `tensorflow-io` package,
+imported here the first time a path names one of its schemes.
 
 A path is either local (a `str` or `pathlib.Path`) or a URL (`<scheme>://...`). Functions
 that make paths keep that distinction: a local path comes back as a `Path`, a URL as a
@@ -43,6 +44,23 @@ def is_url(path):
     return "://" in str(path)
 
 
+# Schemes TensorFlow itself does not register; `tensorflow_io` does, once imported.
+_TENSORFLOW_IO_SCHEMES = ("s3", "hdfs", "viewfs", "har", "az", "http", "https")
+_tensorflow_io_tried = False
+
+
+def _register_filesystem(path):
+    """Import `tensorflow_io` (when installed) the first time a path names one of its schemes."""
+    global _tensorflow_io_tried
+    if _tensorflow_io_tried or os.fspath(path).split("://", 1)[0] not in _TENSORFLOW_IO_SCHEMES:
+        return
+    _tensorflow_io_tried = True
+    try:
+        import tensorflow_io  # noqa: F401  (registers s3://, hdfs://, ...)
+    except ImportError:
+        pass  # TensorFlow's error then names the unknown scheme
+
+
 def as_path(path):
     """`path` as the toolkit keeps it: a `pathlib.Path` when local, the unchanged `str` when a URL."""
     path = os.fspath(path)
@@ -53,6 +71,7 @@ def join(base, *parts):
     """`base` followed by `parts` (a `Path` for a local `base`, a "/"-joined `str` for a URL)."""
     if not is_url(base):
         return pathlib.Path(base).joinpath(*map(str, parts))
+    _register_filesystem(base)
     path = os.fspath(base)
     for part in parts:
         path = f"{path.rstrip('/')}/{str(part).lstrip('/')}"
@@ -82,6 +101,8 @@ def resolve(path):
 @contextlib.contextmanager
 def os_errors(path):
     """Turn TensorFlow filesystem errors inside the block into `OSError`s naming `path`."""
+    if is_url(path):
+        _register_filesystem(path)
     try:
         yield
     except tf.errors.OpError as error:

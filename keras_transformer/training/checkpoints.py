@@ -10,6 +10,7 @@ base, 20 for big.
 """
 
 import collections
+import re
 import time
 
 import tensorflow as tf
@@ -166,8 +167,9 @@ def write_checkpoint(checkpoint, prefix):
 
 
 def _reason(error):
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
-    return message.splitlines()[0]
+    """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` and `[Op:...]` wrapping."""
+    message = (getattr(error, "message", None) or str(error) or type(error).__name__).splitlines()[0]
+    return re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", message)
 
 
 def _remove_partial(prefix):

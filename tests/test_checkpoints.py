@@ -1,11 +1,7 @@
-"""Checkpoints that never strand a run: damaged ones are skipped and set aside, a failed save keeps the last one."""
+"""Checkpoints that never strand a run: damaged ones are skipped and set aside (a failed save: tests/test_fs.py)."""
 
 import logging
-import resource
 import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -15,7 +11,6 @@ from keras_transformer.models.config import get_preset
 from keras_transformer.training import Trainer, TrainOptions, write_averaged_checkpoint
 from keras_transformer.training.checkpoints import UNREADABLE_DIR, restore_newest_readable
 from tests.conftest import TRAINED_RUN_CONFIG, TRAINED_RUN_STEPS
-from tests.scripts import REPO, script_environment
 
 FIRST = TRAINED_RUN_STEPS // 2  # trained_run holds ckpt-60 and ckpt-120
 
@@ -116,36 +111,3 @@ def test_unwritable_run_directory_is_reported_before_training(tmp_path, monkeypa
     with pytest.raises(OSError, match=f"^Cannot write to {tmp_path}/a_file/run: "):
         train_translation(get_preset("tiny", **TRAINED_RUN_CONFIG), tmp_path / "a_file" / "run",
                           TrainOptions(progress=False), DataOptions("builtin"))
-
-
-def _limit_file_size(limit):
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return limit_file_size
-
-
-def test_a_failed_save_is_one_line_and_keeps_the_last_checkpoint(trained_run, tmp_path, trainer_on):
-    """A full disk (a file-size limit below a checkpoint's size) at the first save of a resumed run."""
-    run = copy_run(trained_run, tmp_path)
-    checkpoints = run / "checkpoints"
-    before = {path.name: path.read_bytes() for path in checkpoints.iterdir()}
-    (data,) = checkpoints.glob(f"ckpt-{TRAINED_RUN_STEPS}.data-*")
-    limit = data.stat().st_size // 2  # above every other file the run writes (spm.model is not rewritten)
-    config_flags = [f"--{name}={value}" for name, value in TRAINED_RUN_CONFIG.items()]
-    result = subprocess.run(
-        [sys.executable, str(REPO / "experiments" / "train.py"), f"--model_dir={run}", *config_flags,
-         f"--train_steps={TRAINED_RUN_STEPS + 1}", "--batch_tokens=1024", "--eval_every=0", "--noprogress"],
-        cwd=tmp_path, env=script_environment(), capture_output=True, text=True, timeout=600,
-        preexec_fn=_limit_file_size(limit),
-    )
-    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "Traceback" not in result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert line.startswith(f"error: Could not save checkpoint {checkpoints}/ckpt-{TRAINED_RUN_STEPS + 1}: ")
-    assert line.endswith(f"The last checkpoint, {checkpoints}/ckpt-{TRAINED_RUN_STEPS}, and the state file are "
-                         "intact: run the same command to resume from it once the cause is fixed.")
-    assert {path.name: path.read_bytes() for path in checkpoints.iterdir()} == before  # no partial files either
-    # Once there is space, the same directory resumes from the kept checkpoint.
-    trainer = trainer_on(run)
-    assert trainer.restore() == str(checkpoints / f"ckpt-{TRAINED_RUN_STEPS}")

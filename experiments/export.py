@@ -19,11 +19,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import sys
-from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
+from keras_transformer import cli, fs  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.export import (
     DEFAULT_WARMUP_SENTENCES,
     TranslationModule,
@@ -93,7 +92,7 @@ def main(argv):
         max_output_length=FLAGS.max_output_length,
         max_source_length=FLAGS.max_source_length,
     )
-    name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
+    name = FLAGS.name or fs.name(FLAGS.model_dir)
     result = export_saved_model(
         translator,
         export_dir,
@@ -123,7 +122,7 @@ def main(argv):
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")
     print(f"Sample (loaded export): {sample!r} -> {translation!r} (score {float(outputs['score'].numpy()[0]):.4f})")
-    docker_run, curl = serving_commands(result.path.parent, name, sample)
+    docker_run, curl = serving_commands(fs.parent(result.path), name, sample)
     print("Serve it with TF Serving, then ask it (docs/serving.md):")
     print(f"  {docker_run}")
     print(f"  {curl}")
@@ -147,10 +146,10 @@ def export_for_ctranslate2(export_dir, options):
     from keras_transformer.data.tokenizer import Tokenizer
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
-    name = FLAGS.name or Path(FLAGS.model_dir).resolve().name
+    name = FLAGS.name or fs.name(FLAGS.model_dir)
     path = export_ctranslate2(
         FLAGS.model_dir,
-        Path(export_dir) / name,
+        fs.join(export_dir, name),
         quantization=FLAGS.quantization,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,
@@ -158,22 +157,23 @@ def export_for_ctranslate2(export_dir, options):
     )
     print(f"Exported {path} (CTranslate2, {FLAGS.quantization})")
     config, _ = read_run_config(FLAGS.model_dir)
-    translator = ctranslate2.Translator(str(path), device="cpu")
     sample = FLAGS.sample
     if sample is None:
         try:
             sample = validation_sample(FLAGS.model_dir)
         except (OSError, ValueError):  # e.g. a corpus directory that moved since training
             sample = FLAGS.warmup_sentences[0]
-    tokenizer = Tokenizer(path / TOKENIZER_FILE)  # the copy beside the model
-    outputs, scores = translate_ctranslate2(
-        translator,
-        tokenizer,
-        [sample],
-        beam_size=options.beam_size,
-        max_output_offset=options.max_output_offset,  # and translate_ctranslate2's length_penalty=0
-        max_source_length=FLAGS.max_source_length or config.max_length,
-    )
+    tokenizer = Tokenizer(fs.join(path, TOKENIZER_FILE))  # the copy beside the model
+    with fs.local_copy(path) as local:  # CTranslate2 reads local files only
+        translator = ctranslate2.Translator(str(local), device="cpu")
+        outputs, scores = translate_ctranslate2(
+            translator,
+            tokenizer,
+            [sample],
+            beam_size=options.beam_size,
+            max_output_offset=options.max_output_offset,  # and translate_ctranslate2's length_penalty=0
+            max_source_length=FLAGS.max_source_length or config.max_length,
+        )
     translation = tokenizer.detokenize([outputs[0]]).numpy()[0].decode("utf-8")
     print(f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})")
 

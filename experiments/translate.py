@@ -18,11 +18,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import sys
-from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import cli
+from keras_transformer import cli, fs
 from keras_transformer.decoding import Translator, decode_lines, translate_lines
 from keras_transformer.runs import load_run, read_run_config
 
@@ -43,7 +42,7 @@ def read_lines(path):
     if not path:
         return decode_lines(sys.stdin.buffer.read()), "<stdin>"
     try:
-        data = Path(path).read_bytes()
+        data = fs.read_bytes(path)
     except OSError as err:
         raise app.UsageError(f"Cannot read --input={path}: {err.strerror}") from err
     return decode_lines(data), path
@@ -66,8 +65,7 @@ def main(argv):
         translations = [f"{text}\t{score:.4f}" for text, score in zip(translations, scores)]
     output = "".join(f"{text}\n" for text in translations)
     if FLAGS.output:
-        Path(FLAGS.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(FLAGS.output).write_text(output, encoding="utf-8")
+        fs.write_text(FLAGS.output, output)
     else:
         sys.stdout.buffer.write(output.encode("utf-8"))
         sys.stdout.flush()

@@ -12,10 +12,10 @@ import typing
 
 from absl import app, flags, logging
 
-# What a user's mistake raises (a missing run directory or file, a bad value, an export
-# version that exists, a diverged run): reported in one line, without a traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-               PermissionError, TimeoutError, RuntimeError)
+# What a user's mistake or the user's storage raises (a missing run directory or file, a
+# bad value, an export version that exists, a diverged run, an unreadable checkpoint, a full
+# disk or an unreachable bucket — every OSError): reported in one line, without a traceback.
+USER_ERRORS = (ValueError, OSError, RuntimeError)
 
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions

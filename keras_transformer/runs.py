@@ -10,16 +10,20 @@ Layout (written by `training.train_translation` / `experiments/train.py`)::
     <run>/averaged/          ckpt-<step> written by checkpoint averaging
 
 Every module that reads or writes a run uses these names and functions; none spells the
-layout itself.
+layout itself. `<run>` may be any path `keras_transformer.fs` knows (`gs://bucket/run`,
+...); the paths made here are `Path`s for a local run and URLs (`str`) otherwise.
+
+A checkpoint that cannot be read (truncated data, a missing index, an unreadable
+`checkpoint` state file) raises `UnreadableCheckpointError`, one line naming the file and
+the reason.
 """
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import fs
 from keras_transformer.data.tokenizer import Tokenizer
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
@@ -36,57 +40,70 @@ TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG = "train", "validation", "check
 LOG_NAMES = (TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG)
 
 
+CHECKPOINT_STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's list of checkpoints
+
+
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint, or the checkpoint state file, cannot be read (missing, truncated or corrupt files)."""
+
+
+# What reading a damaged checkpoint raises: a truncated data file gives IndexError
+# ("Read less bytes than requested"), a missing or cut index a tf.errors.OpError.
+READ_ERRORS = (tf.errors.OpError, IndexError)
+
+
+def unreadable_reason(error):
+    """One line saying why a checkpoint read failed (`error` one of `READ_ERRORS`)."""
+    if isinstance(error, IndexError):
+        return f"a data file is shorter than its index says (truncated: {error})"
+    message = str(getattr(error, "message", None) or error or type(error).__name__)
+    message = message.split(": Unsuccessful TensorSliceReader constructor: ", 1)[-1]
+    if isinstance(error, tf.errors.NotFoundError) and "Failed to find any matching files" in message:
+        return "its index file is missing"
+    return f"{type(error).__name__}: {message.splitlines()[0]}"
+
+
 def config_path(model_dir):
-    return Path(model_dir) / CONFIG_FILE
+    return fs.join(model_dir, CONFIG_FILE)
 
 
 def starts_path(model_dir):
-    return Path(model_dir) / STARTS_FILE
+    return fs.join(model_dir, STARTS_FILE)
 
 
 def tokenizer_path(model_dir):
-    return Path(model_dir) / TOKENIZER_FILE
+    return fs.join(model_dir, TOKENIZER_FILE)
 
 
 def checkpoint_dir(model_dir):
-    return Path(model_dir) / CHECKPOINTS
+    return fs.join(model_dir, CHECKPOINTS)
 
 
 def log_dir(model_dir, name=None):
     """`<run>/logs`, or `<run>/logs/<name>` (e.g. "train", "validation", "checkpoints")."""
-    path = Path(model_dir) / LOGS
-    return path / name if name else path
+    return fs.join(model_dir, LOGS, name) if name else fs.join(model_dir, LOGS)
 
 
 def averaged_dir(model_dir):
-    return Path(model_dir) / AVERAGED
+    return fs.join(model_dir, AVERAGED)
 
 
 def write_run_config(model_dir, payload):
     """Write `payload` (a JSON-able dict with the model config under "model") as the run's config, atomically."""
-    path = config_path(model_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(temporary, path)
-    return path
+    return fs.write_text(config_path(model_dir), json.dumps(payload, indent=2, sort_keys=True))
 
 
 def record_start(model_dir, payload):
     """Append `payload` (a JSON-able dict: the settings of this start) to the run's `starts.jsonl`, atomically."""
     path = starts_path(model_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    previous = path.read_text() if path.exists() else ""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(previous + json.dumps(payload, sort_keys=True) + "\n")
-    os.replace(temporary, path)
-    return path
+    previous = fs.read_text(path) if fs.exists(path) else ""
+    return fs.write_text(path, previous + json.dumps(payload, sort_keys=True) + "\n")
 
 
 def read_starts(model_dir):
     """The payloads `record_start` recorded for a run, oldest first."""
     path = starts_path(model_dir)
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [json.loads(line) for line in fs.read_text(path).splitlines()] if fs.exists(path) else []
 
 
 def read_run_config(model_dir):
@@ -96,9 +113,9 @@ def read_run_config(model_dir):
         FileNotFoundError: naming the directory when it holds no run config.
     """
     path = config_path(model_dir)
-    if not path.exists():
+    if not fs.exists(path):
         raise FileNotFoundError(f"No run config at {path}: is {model_dir} a training run directory?")
-    payload = json.loads(path.read_text())
+    payload = json.loads(fs.read_text(path))
     return TransformerConfig.from_dict(payload["model"]), payload
 
 
@@ -110,7 +127,7 @@ def checkpoint_step(path):
     >>> checkpoint_step("runs/demo/checkpoints/ckpt-1200")
     1200
     """
-    name = Path(path).name
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]
     try:
         return int(name.rsplit("-", 1)[1])
     except (IndexError, ValueError):
@@ -127,7 +144,7 @@ def checkpoint_paths(directory, last=None):
     Raises:
         ValueError: there is no checkpoint, or fewer than `last` (naming both numbers).
     """
-    state = tf.train.get_checkpoint_state(str(directory))
+    state = checkpoint_state(directory)
     if state is None or not state.all_model_checkpoint_paths:
         raise ValueError(f"No checkpoints in {directory}")
     paths = list(state.all_model_checkpoint_paths)
@@ -141,23 +158,50 @@ def checkpoint_paths(directory, last=None):
 
 def checkpoint_times(directory, paths):
     """Save times (seconds since the epoch) of the checkpoints at `paths`, as the manager recorded them."""
-    recorded = list(tf.train.get_checkpoint_state(str(directory)).all_model_checkpoint_timestamps)
+    recorded = list(checkpoint_state(directory).all_model_checkpoint_timestamps)
     if len(recorded) == len(paths):
         return [float(time) for time in recorded]
-    return [Path(f"{path}.index").stat().st_mtime for path in paths]
+    return [fs.mtime(f"{path}.index") for path in paths]
+
+
+def checkpoint_state(directory):
+    """The `CheckpointState` of a checkpoint directory (its `checkpoint` file), or None when it has none.
+
+    Raises:
+        UnreadableCheckpointError: the state file exists but cannot be read or parsed
+            (`tf.train.get_checkpoint_state` would log a warning and report no checkpoint).
+    """
+    from google.protobuf import text_format
+    from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
+
+    path = fs.join(directory, CHECKPOINT_STATE_FILE)
+    if not fs.exists(path):
+        return None
+    try:
+        text_format.Parse(fs.read_text(path), CheckpointState())
+    except (OSError, UnicodeDecodeError, text_format.ParseError) as error:
+        raise UnreadableCheckpointError(f"Cannot read the checkpoint state file {path}: {error}") from None
+    return tf.train.get_checkpoint_state(str(directory))
 
 
 def latest_checkpoint(model_dir):
-    """The newest complete checkpoint of a run, or None."""
-    return tf.train.latest_checkpoint(str(checkpoint_dir(model_dir)))
+    """The newest complete checkpoint of a run, or None (`UnreadableCheckpointError` as `checkpoint_state`)."""
+    state = checkpoint_state(checkpoint_dir(model_dir))
+    return state.model_checkpoint_path if state and state.model_checkpoint_path else None
 
 
 def read_model_weights(model, path):
     """Load the model weights of a trainer checkpoint (`tf.train.Checkpoint(model=...)`) into `model`.
 
     Optimizer state in the checkpoint is ignored; every model variable must be found.
+
+    Raises:
+        UnreadableCheckpointError: naming the checkpoint and why its files cannot be read.
     """
-    tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+    try:
+        tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+    except READ_ERRORS as error:
+        raise UnreadableCheckpointError(f"Cannot read checkpoint {path}: {unreadable_reason(error)}") from None
     return model
 
 
@@ -205,7 +249,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
         checkpoint.
     """
     config, _ = read_run_config(model_dir)
-    if not tokenizer_path(model_dir).exists():
+    if not fs.exists(tokenizer_path(model_dir)):
         raise FileNotFoundError(f"No tokenizer at {tokenizer_path(model_dir)}")
     model = Transformer(config, dtype=dtype)
     if average_last:

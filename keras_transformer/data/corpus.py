@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
 from typing import Union
 
+from keras_transformer import fs
 from keras_transformer.layers.checks import check_positive_int
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -78,17 +77,14 @@ def read_lines(path: PathLike) -> list[str]:
         >>> lines[0]
         'A group of men are loading cotton onto a truck'
     """
-    path = Path(path)
-    if not path.is_file():
+    if not fs.isfile(path):
         raise FileNotFoundError(f"No such file: {path}")
-    if path.suffix == ".gz":
+    data = fs.read_bytes(path)
+    if str(path).endswith(".gz"):
         try:
-            with gzip.open(path, "rb") as f:
-                data = f.read()
+            data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as err:
             raise ValueError(f"Corrupt gzip file {path}: {err}") from err
-    else:
-        data = path.read_bytes()
     if not data:
         raise ValueError(f"Empty file: {path} contains no lines")
     try:
@@ -159,35 +155,29 @@ def _multi30k_split(split: str) -> str:
         ) from None
 
 
-def _local_multi30k_file(data_dir: Path, split: str, lang: str) -> Path:
-    compressed = data_dir / f"{split}.{lang}.gz"
-    plain = data_dir / f"{split}.{lang}"
-    if compressed.is_file():
+def _local_multi30k_file(data_dir: PathLike, split: str, lang: str) -> PathLike:
+    compressed = fs.join(data_dir, f"{split}.{lang}.gz")
+    plain = fs.join(data_dir, f"{split}.{lang}")
+    if fs.isfile(compressed):
         return compressed
-    if plain.is_file():
+    if fs.isfile(plain):
         return plain
     raise FileNotFoundError(f"No Multi30k file for split {split!r}, language {lang!r}: "
                             f"neither {compressed} nor {plain} exists")
 
 
-def _download(url: str, destination: Path) -> None:
-    """Downloads ``url`` to ``destination`` through a temporary file and a rename."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.",
-                                    suffix=".part")
+def _download(url: str, destination: PathLike) -> None:
+    """Downloads ``url`` to ``destination`` (a small file: read whole, written atomically)."""
     try:
-        with os.fdopen(fd, "wb") as out:
-            with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
-                shutil.copyfileobj(response, out)
-        os.replace(tmp_name, destination)
+        fs.makedirs(fs.parent(destination))
+        with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
+            data = response.read()
+        fs.write_bytes(destination, data)
     except (urllib.error.URLError, OSError) as err:
         raise OSError(
             f"Could not download {url} to {destination}: {err}. Without network access, "
             f"pass data_dir= pointing to a directory that holds the Multi30k files"
         ) from err
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
 
 
 def load_multi30k(
@@ -242,16 +232,15 @@ def load_multi30k(
                          f"they must differ")
     split = _multi30k_split(split)
     if data_dir is not None:
-        data_dir = Path(data_dir)
         paths = [_local_multi30k_file(data_dir, split, lang) for lang in (src_lang, tgt_lang)]
     else:
-        cache = (Path(cache_dir) if cache_dir is not None
+        cache = (cache_dir if cache_dir is not None
                  else Path.home() / ".cache" / "keras_transformer" / "multi30k")
         paths = []
         for lang in (src_lang, tgt_lang):
             name = f"{split}.{lang}.gz"
-            path = cache / name
-            if not path.is_file():
+            path = fs.join(cache, name)
+            if not fs.isfile(path):
                 _download(f"{base_url.rstrip('/')}/{name}", path)
             paths.append(path)
     return read_parallel(paths[0], paths[1])

@@ -24,7 +24,6 @@ import io
 import os
 import random
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
 
@@ -32,6 +31,7 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer import fs
 from keras_transformer.layers.checks import check_positive_int
 
 if TYPE_CHECKING:
@@ -96,18 +96,6 @@ def _training_error(err: RuntimeError, vocabulary_size: int) -> ValueError:
     return ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}: {message}")
 
 
-def _write_atomically(data: bytes, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp_name, path)
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
-
-
 def train_sentencepiece(
     sentences: Iterable[str],
     output_path: PathLike,
@@ -133,7 +121,7 @@ def train_sentencepiece(
     Args:
         sentences: Training text, one sentence per item; empty items are
             skipped.
-        output_path: Where to write the model (e.g. ``run_dir / "spm.model"``);
+        output_path: Where to write the model (e.g. ``run_dir / "spm.model"``, or a URL such as ``gs://...``);
             written through a temporary file and a rename, parent directories
             created.
         vocabulary_size: Exact number of pieces, the 4 reserved ones included.
@@ -151,7 +139,7 @@ def train_sentencepiece(
             (``data.trees.tree_symbols``). They count in ``vocabulary_size``.
 
     Returns:
-        ``output_path`` as a :class:`pathlib.Path`.
+        ``output_path`` as a :class:`pathlib.Path` (a URL as given).
 
     Raises:
         ValueError: On an invalid argument, no non-empty sentence, or a
@@ -207,9 +195,7 @@ def train_sentencepiece(
         )
     except RuntimeError as err:
         raise _training_error(err, vocabulary_size) from err
-    output_path = Path(output_path)
-    _write_atomically(model.getvalue(), output_path)
-    return output_path
+    return fs.write_bytes(output_path, model.getvalue())
 
 
 def check_sampling_alpha(alpha: float) -> float:
@@ -254,11 +240,10 @@ class Tokenizer(tf.Module):
             proto = bytes(model)
             source = "the given model bytes"
         else:
-            path = Path(model)
-            if not path.is_file():
-                raise FileNotFoundError(f"No such SentencePiece model file: {path}")
-            proto = path.read_bytes()
-            source = str(path)
+            if not fs.isfile(model):
+                raise FileNotFoundError(f"No such SentencePiece model file: {model}")
+            proto = fs.read_bytes(model)
+            source = str(model)
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(proto)

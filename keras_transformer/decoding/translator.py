@@ -6,11 +6,10 @@ translations in the input order. A `Translator` traces its search function once
 (`decoding.make_search_fn`, input signature `[None, None]`) and reuses it for every batch.
 """
 
-from pathlib import Path
-
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import fs
 from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
@@ -208,16 +207,16 @@ def resolve_saved_model(path):
     """
     from keras_transformer.export.serving import list_versions
 
-    path = Path(path)
-    if (path / "saved_model.pb").is_file():
+    path = fs.as_path(path)
+    if fs.isfile(fs.join(path, "saved_model.pb")):
         return path
     versions = list_versions(path)
     if not versions:
         raise FileNotFoundError(
             f"{path} is not a SavedModel (no saved_model.pb) nor a model root holding integer versions"
         )
-    latest = path / str(versions[-1])
-    if not (latest / "saved_model.pb").is_file():
+    latest = fs.join(path, str(versions[-1]))
+    if not fs.isfile(fs.join(latest, "saved_model.pb")):
         raise FileNotFoundError(f"{latest}, the highest version of {path}, is not a SavedModel (no saved_model.pb)")
     return latest
 

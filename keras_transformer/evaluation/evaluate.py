@@ -2,9 +2,8 @@
 
 import dataclasses
 import time
-from pathlib import Path
 
-from keras_transformer import runs
+from keras_transformer import fs, runs
 from keras_transformer.evaluation.bleu import score_corpus
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.translator import SavedModelTranslator, Translator
@@ -43,12 +42,8 @@ class EvaluationResult:
 
 
 def write_lines(path, lines):
-    """Write one line per item (newlines inside an item become spaces), UTF-8."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(" ".join(line.splitlines()) + "\n")
+    """Write one line per item (newlines inside an item become spaces), UTF-8, atomically (any `fs` path)."""
+    return fs.write_text(path, "".join(" ".join(line.splitlines()) + "\n" for line in lines))
 
 
 def evaluate_translator(translate, pairs, lowercase=False, tokenize="13a", output=None, settings=None):

@@ -43,11 +43,11 @@ Example:
 PosixPath('ct2/builtin_tiny')
 """
 
-import shutil
-from pathlib import Path
+import tempfile
 
 import numpy as np
 
+from keras_transformer import fs
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
@@ -246,7 +246,7 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         files: paths of files to copy into the directory (e.g. the SentencePiece model).
 
     Returns:
-        `output_dir` as a `Path`.
+        `output_dir` (a `Path`, or the URL as given).
     """
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")
@@ -255,14 +255,9 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         spec.register_file(str(path))
     spec.validate()
     spec.optimize(quantization=quantization)
-    output_dir = Path(output_dir)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True)
-    spec.save(str(output_dir))
-    for path in files:
-        (output_dir / Path(path).name).chmod(0o644)  # a run's files may be private (0600)
-    return output_dir
+    with tempfile.TemporaryDirectory() as scratch:  # CTranslate2 writes local files only
+        spec.save(scratch)
+        return fs.publish_dir(scratch, output_dir, replace=True)
 
 
 def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint=None, average_last=None, overwrite=False):
@@ -277,19 +272,19 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
         overwrite: replace an existing `output_dir` (refused otherwise).
 
     Returns:
-        the output directory as a `Path`. It holds `model.bin`, `config.json`,
+        the output directory (a `Path`, or the URL as given). It holds `model.bin`, `config.json`,
         `shared_vocabulary.json` and the run's `spm.model`.
     """
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
+    if fs.exists(output_dir) and not overwrite:
         raise FileExistsError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")
     check_ctranslate2_config(read_run_config(model_dir)[0])  # before reading any weights
     model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32")
-    files = [Path(model_dir) / TOKENIZER_FILE]
-    return save_ctranslate2(model, vocabulary(tokenizer), output_dir, quantization=quantization, files=files)
+    with fs.local_copy(fs.join(model_dir, TOKENIZER_FILE)) as tokenizer_file:
+        return save_ctranslate2(model, vocabulary(tokenizer), output_dir, quantization=quantization,
+                                files=[tokenizer_file])
 
 
 def translate_ctranslate2(

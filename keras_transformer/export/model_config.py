@@ -16,10 +16,7 @@ Example output for `model_server_config({"numbers": "/models/numbers"})`:
     }
 """
 
-import os
-import tempfile
-from pathlib import Path
-
+from keras_transformer import fs
 from keras_transformer.layers.checks import check_positive_int
 
 MODEL_CONFIG_FILE = "models.config"
@@ -57,18 +54,6 @@ def write_model_config(path, models, num_versions=1, overwrite=False):
 
     An existing file is kept unless `overwrite` (it may hold edits). Returns the path.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        return path
-    text = model_server_config(models, num_versions)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; the server may run as another user
-        os.replace(tmp_name, path)
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
-    return path
+    if fs.exists(path) and not overwrite:
+        return fs.as_path(path)
+    return fs.write_text(path, model_server_config(models, num_versions))

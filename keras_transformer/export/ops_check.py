@@ -168,11 +168,13 @@ def saved_model_ops(saved_model_dir):
     """
     from tensorflow.core.protobuf import saved_model_pb2
 
-    path = Path(saved_model_dir) / "saved_model.pb"
-    if not path.is_file():
+    from keras_transformer import fs
+
+    path = fs.join(saved_model_dir, "saved_model.pb")
+    if not fs.isfile(path):
         raise FileNotFoundError(f"No saved_model.pb in {saved_model_dir}")
     saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString(path.read_bytes())
+    saved_model.ParseFromString(fs.read_bytes(path))
     counts = collections.Counter()
     for meta_graph in saved_model.meta_graphs:
         graph = meta_graph.graph_def

@@ -22,14 +22,15 @@ export leaves no version directory behind.
 import dataclasses
 import json
 import os
+import secrets
 import shlex
-import shutil
 import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 from absl import logging
 
+from keras_transformer import fs
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.export import warmup as warmup_lib
@@ -95,16 +96,14 @@ class ExportResult:
 
 def list_versions(model_root):
     """The integer versions in `saved_models/<name>`, sorted (other entries are ignored)."""
-    model_root = Path(model_root)
-    if not model_root.is_dir():
+    if not fs.isdir(model_root):
         return []
-    return sorted(int(entry.name) for entry in model_root.iterdir() if entry.is_dir() and entry.name.isdigit())
+    return sorted(int(entry) for entry in fs.listdir(model_root) if entry.isdigit() and fs.isdir(fs.join(model_root, entry)))
 
 
 def next_version(model_root):
     """The highest existing version + 1, or 1 (any entry with an integer name counts)."""
-    model_root = Path(model_root)
-    taken = [int(entry.name) for entry in model_root.iterdir() if entry.name.isdigit()] if model_root.is_dir() else []
+    taken = [int(entry) for entry in fs.listdir(model_root) if entry.isdigit()] if fs.isdir(model_root) else []
     return max(taken) + 1 if taken else 1
 
 
@@ -129,7 +128,7 @@ def signature_specs(saved_model_dir, tags="serve"):
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved_model = saved_model_pb2.SavedModel()
-    saved_model.ParseFromString((Path(saved_model_dir) / "saved_model.pb").read_bytes())
+    saved_model.ParseFromString(fs.read_bytes(fs.join(saved_model_dir, "saved_model.pb")))
     (meta_graph,) = [graph for graph in saved_model.meta_graphs if tags in graph.meta_info_def.tags]
 
     def spec(info):
@@ -170,9 +169,8 @@ def _write_export_info(saved_model_dir, translator, name):
         "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
         "tokenizer_asset": f"assets/{TOKENIZER_ASSET}",
     }
-    path = Path(saved_model_dir) / warmup_lib.ASSETS_EXTRA / EXPORT_INFO_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    fs.write_text(fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE),
+                  json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def _save(translator, directory, name, warmup_sentences, verify, check_ops, progress):
@@ -182,7 +180,8 @@ def _save(translator, directory, name, warmup_sentences, verify, check_ops, prog
         tokenizer_file.write_bytes(translator.tokenizer.model_proto)
         module = ServingModule(translator, tokenizer_file)
         progress(f"Tracing the {len(SIGNATURES)} signatures and saving the SavedModel")
-        tf.saved_model.save(module, str(directory), signatures=module.signatures())
+        with fs.os_errors(directory):
+            tf.saved_model.save(module, str(directory), signatures=module.signatures())
     progress("Writing the warmup requests")
     logs = warmup_lib.warmup_requests(translator, name, warmup_sentences)
     warmup_lib.write_warmup_requests(directory, logs)
@@ -226,13 +225,22 @@ def serving_commands(model_root, name, sample="twenty one", image=SERVING_IMAGE)
 
     Returns:
         `(docker_run, curl)`: a `docker run` of `image` mounting `model_root` at
-        `/models/<name>`, and a REST request to its default signature with `sample`.
+        `/models/<name>` (for a URL such as `gs://bucket/saved_models/<name>`: reading it
+        there, with `MODEL_BASE_PATH` its parent), and a REST request to its default
+        signature with `sample`.
     """
-    source = Path(model_root).resolve()
-    docker_run = (
-        f"docker run --rm -p 8500:8500 -p 8501:8501 "
-        f"--mount type=bind,source={shlex.quote(str(source))},target=/models/{name} -e MODEL_NAME={name} {image}"
-    )
+    if fs.is_url(model_root):
+        base = str(fs.parent(model_root))
+        docker_run = (
+            f"docker run --rm -p 8500:8500 -p 8501:8501 "
+            f"-e MODEL_BASE_PATH={shlex.quote(base)} -e MODEL_NAME={name} {image}"
+        )
+    else:
+        source = Path(model_root).resolve()
+        docker_run = (
+            f"docker run --rm -p 8500:8500 -p 8501:8501 "
+            f"--mount type=bind,source={shlex.quote(str(source))},target=/models/{name} -e MODEL_NAME={name} {image}"
+        )
     payload = json.dumps({"instances": [sample]}, ensure_ascii=False)
     curl = f"curl -X POST http://localhost:8501/v1/models/{name}:predict -d {shlex.quote(payload)}"
     return docker_run, curl
@@ -257,8 +265,10 @@ def export_saved_model(
     (`assets.extra/tf_serving_warmup_requests`) and `assets.extra/export_info.json`;
     with `verify`, load the copy and replay every warmup request through it; with
     `check_ops`, refuse ops the stock model server lacks (`ops_check`). Then one
-    `os.rename` publishes the version. On any error the temporary directory is removed
-    and the existing versions are untouched.
+    rename publishes the version. On any error (a full disk included) the temporary
+    directory is removed and the existing versions are untouched. `export_dir` may be
+    any `keras_transformer.fs` path (`gs://...`); there the rename is atomic as far as
+    the filesystem makes it (on an object store it copies, object by object).
 
     Args:
         translator: a `TranslationModule`.
@@ -285,31 +295,29 @@ def export_saved_model(
     if version is not None:
         _check_version(version)
     warmup_sentences = warmup_lib.check_sentences(warmup_sentences)
-    model_root = Path(export_dir) / name
-    if version is not None and (model_root / str(version)).exists():
+    model_root = fs.join(export_dir, name)
+    if version is not None and fs.exists(fs.join(model_root, str(version))):
         raise FileExistsError(
-            f"Version {version} of {name!r} already exists at {model_root / str(version)}; versions are never "
+            f"Version {version} of {name!r} already exists at {fs.join(model_root, str(version))}; versions are never "
             f"overwritten. Choose another version, or none to export as version {next_version(model_root)}."
         )
-    model_root.mkdir(parents=True, exist_ok=True)
-    directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=model_root))
+    directory = fs.makedirs(fs.join(model_root, f"{TMP_PREFIX}{secrets.token_hex(4)}"))
     try:
-        os.chmod(directory, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
         ops = _save(translator, directory, name, warmup_sentences, verify, check_ops, progress or (lambda line: None))
         target = _publish(directory, model_root, version)
     except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
+        fs.discard(directory)
         raise
     try:
         base_path = model_config_base_path or f"/models/{name}"
-        config_path = write_model_config(model_root / MODEL_CONFIG_FILE, {name: base_path})
+        config_path = write_model_config(fs.join(model_root, MODEL_CONFIG_FILE), {name: base_path})
     except OSError as err:  # the version is published; the example config is optional
         logging.warning("Could not write the example TF Serving model config: %s", err)
         config_path = None
     return ExportResult(
         path=target,
         name=name,
-        version=int(target.name),
+        version=int(fs.name(target)),
         signatures=signature_specs(target),
         ops=ops,
         model_config=config_path,
@@ -320,15 +328,15 @@ def _publish(directory, model_root, version, attempts=20):
     """Rename the finished `directory` to its version; another export may take a number first."""
     for _ in range(attempts):
         number = version if version is not None else next_version(model_root)
-        target = model_root / str(number)
-        if target.exists():
+        target = fs.join(model_root, str(number))
+        if fs.exists(target):
             if version is not None:
                 raise FileExistsError(f"Version {version} appeared at {target} during the export; it was not replaced.")
             continue
         try:
-            os.rename(directory, target)  # fails if another export created a non-empty `target` meanwhile
+            fs.rename(directory, target)  # fails if another export created `target` meanwhile
         except OSError:
-            if version is not None or not target.exists():
+            if version is not None or not fs.exists(target):
                 raise
             continue
         return target

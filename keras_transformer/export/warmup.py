@@ -9,9 +9,9 @@ signature (TF Serving reads at most 1,000 records).
 The protos come from the `tensorflow-serving-api` package (imported when needed).
 """
 
-from pathlib import Path
-
 import tensorflow as tf
+
+from keras_transformer import fs
 
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -104,9 +104,9 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
 
 def write_warmup_requests(saved_model_dir, logs):
     """Write `logs` to `<saved_model_dir>/assets.extra/tf_serving_warmup_requests`; returns the path."""
-    path = Path(saved_model_dir) / ASSETS_EXTRA / WARMUP_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tf.io.TFRecordWriter(str(path)) as writer:
+    path = fs.join(saved_model_dir, ASSETS_EXTRA, WARMUP_FILE)
+    fs.makedirs(fs.parent(path))
+    with fs.os_errors(path), tf.io.TFRecordWriter(str(path)) as writer:
         for log in logs:
             writer.write(log.SerializeToString())
     return path
@@ -115,9 +115,8 @@ def write_warmup_requests(saved_model_dir, logs):
 def read_warmup_requests(path):
     """Parse a warmup file (or a SavedModel directory holding one) back into `PredictionLog`s."""
     _, _, prediction_log_pb2 = _serving_protos()
-    path = Path(path)
-    if path.is_dir():
-        path = path / ASSETS_EXTRA / WARMUP_FILE
+    if fs.isdir(path):
+        path = fs.join(path, ASSETS_EXTRA, WARMUP_FILE)
     logs = []
     for record in tf.data.TFRecordDataset(str(path)):
         log = prediction_log_pb2.PredictionLog()

@@ -7,12 +7,12 @@ Everything a run needs later (decoding, evaluation, export) is written into its 
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import keras
 import tensorflow as tf
 from absl import logging
 
+from keras_transformer import fs
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.plan import BatchPlan
 from keras_transformer.data.sources import load_pairs, whole_words
@@ -41,11 +41,11 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
     path = tokenizer_path(model_dir)
     if not chief:
         deadline = time.time() + timeout
-        while not path.exists():
+        while not fs.exists(path):
             if time.time() > deadline:
                 raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s")
             time.sleep(0.5)
-    if not path.exists():
+    if not fs.exists(path):
         sentences = [text for pair in pairs for text in pair]
         logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
         train_sentencepiece(sentences, path, vocabulary_size, seed=seed, whole_words=whole_words)
@@ -136,8 +136,8 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
-    model_dir = Path(model_dir)
-    if config_path(model_dir).exists():
+    model_dir = fs.as_path(model_dir)
+    if fs.exists(config_path(model_dir)):
         previous, _ = read_run_config(model_dir)
         before, now = previous.architecture(), config.architecture()
         changed = sorted(name for name in now if before[name] != now[name])
@@ -151,10 +151,12 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
     if data.bucket_boundaries is not None:  # before anything is loaded or written
         check_bucket_boundaries(data.bucket_boundaries, max_length)
     payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), "data": dataclasses.asdict(data)}
-    if config_path(model_dir).exists():
+    if fs.exists(config_path(model_dir)):
         check_resume_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
+    if chief:
+        fs.check_writable(model_dir)  # now, not at the first checkpoint
     interrupted = _Interrupted(termination)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
@@ -183,7 +185,7 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
         logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
         return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
     if chief:
-        if not config_path(model_dir).exists():  # the first start's config is kept
+        if not fs.exists(config_path(model_dir)):  # the first start's config is kept
             write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
         record_start(model_dir, {**payload, "time": time.time(), "replicas": strategy.num_replicas_in_sync,
                                  "step": _restored_step(model_dir)})

@@ -19,15 +19,15 @@ the skipped updates, so a resumed run continues exactly where the interrupted on
 import contextlib
 import dataclasses
 import math
-from pathlib import Path
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_transformer import runs
+from keras_transformer import fs, runs
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.training.checkpoints import restore_newest_readable, save_checkpoint
 from keras_transformer.training.loss import label_smoothed_nll
 from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
 from keras_transformer.training.position import resumable
@@ -76,10 +76,10 @@ class Trainer:
         self.config = config
         self.options = options
         self.strategy = strategy or tf.distribute.get_strategy()
-        self.model_dir = Path(model_dir)
+        self.model_dir = fs.as_path(model_dir)
         self.chief = is_chief(self.strategy)
         # Non-chief workers of a multi-worker run write to a private temporary place.
-        self.write_dir = self.model_dir if self.chief else self.model_dir / f".worker_{_task_id(self.strategy)}"
+        self.write_dir = self.model_dir if self.chief else fs.join(self.model_dir, f".worker_{_task_id(self.strategy)}")
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
             if optimizer is None:
@@ -138,9 +138,9 @@ class Trainer:
     def restore(self):
         """Restore the latest complete checkpoint if there is one; returns its path or None."""
         self._restored = True
-        path = runs.latest_checkpoint(self.model_dir)
+        path = restore_newest_readable(self.checkpoint, runs.checkpoint_dir(self.model_dir),
+                                       self.manager if self.chief else None, restore=_restore)
         if path:
-            _restore(self.checkpoint, path)
             logging.info("Restored %s at step %d", path, self.step)
         return path
 
@@ -156,7 +156,7 @@ class Trainer:
                 f"Not saving step {self.step}: non-finite values in {', '.join(bad[:3])}"
                 f"{' and others' if len(bad) > 3 else ''}. The last good checkpoint is {self.manager.latest_checkpoint}."
             )
-        path = self.manager.save(checkpoint_number=self.step)
+        path = save_checkpoint(self.manager, self.step)
         if not self.chief:
             tf.io.gfile.rmtree(str(self.write_dir))
         return path

@@ -12,9 +12,10 @@ Shape letters: H heads, S source pieces (EOS included), T output pieces.
 
 import dataclasses
 import math
-from pathlib import Path
 
 import numpy as np
+
+from keras_transformer import fs
 
 KINDS = ("encoder", "decoder", "cross")
 """Attention kinds: encoder self-attention, decoder (masked) self-attention, encoder-decoder."""
@@ -217,10 +218,7 @@ def plot_attention_heads(
     figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if title:
         figure.suptitle(title, fontsize=10)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi, format="png")
-    return path
+    return fs.write_from(path, lambda file: figure.savefig(file, dpi=dpi, format="png"))
 
 
 def plot_attention(maps, output_dir, prefix="attention", kinds=KINDS, layers=None, dpi=100):
@@ -253,7 +251,7 @@ def plot_attention(maps, output_dir, prefix="attention", kinds=KINDS, layers=Non
                 "decoder": ("output piece (query)", "decoder input (key)"),
                 "cross": ("output piece (query)", "source (key)"),
             }[kind]
-            path = Path(output_dir) / f"{prefix}_{_FILE_KINDS[kind]}_layer{index}.png"
+            path = fs.join(output_dir, f"{prefix}_{_FILE_KINDS[kind]}_layer{index}.png")
             title = f"{_KIND_TITLES[kind]}, layer {index}: {maps.source} → {maps.translation}"
             paths.append(
                 plot_attention_heads(

@@ -7,11 +7,10 @@ TensorBoard server.
 """
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 
-from keras_transformer import runs
+from keras_transformer import fs, runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +50,7 @@ def read_scalars(log_dir):
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.util import tensor_util
 
-    if not any(Path(log_dir).glob("events.out.tfevents.*")):
+    if not fs.glob(fs.join(log_dir, "events.out.tfevents.*")):
         return {}
     accumulator = event_accumulator.EventAccumulator(
         str(log_dir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}
@@ -97,13 +96,12 @@ def write_scalar_events(log_dir, records):
     import tensorflow as tf
 
     records = sorted(records, key=lambda record: record[0])
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    for old in log_dir.glob("events.out.tfevents.*"):
-        old.unlink()
+    fs.makedirs(log_dir)
+    for old in fs.glob(fs.join(log_dir, "events.out.tfevents.*")):
+        fs.remove(old)
     first = records[0][1] if records else 0.0
-    path = log_dir / f"events.out.tfevents.{int(first)}.{socket.gethostname()}"
-    with tf.io.TFRecordWriter(str(path)) as writer:
+    path = fs.join(log_dir, f"events.out.tfevents.{int(first)}.{socket.gethostname()}")
+    with fs.os_errors(path), tf.io.TFRecordWriter(str(path)) as writer:
         writer.write(tf.compat.v1.Event(wall_time=first, file_version="brain.Event:2").SerializeToString())
         for step, wall_time, values in records:
             summary = tf.compat.v1.Summary(
@@ -117,9 +115,9 @@ def write_scalar_events(log_dir, records):
 def read_run_scalars(model_dir):
     """`{"train": {...}, "validation": {...}, "checkpoints": {...}}` (`{tag: Scalars}` each) of a run directory."""
     logs = runs.log_dir(model_dir)
-    if not logs.is_dir():
+    if not fs.isdir(logs):
         raise FileNotFoundError(f"No TensorBoard logs in {model_dir} (expected {logs})")
-    return {name: read_scalars(logs / name) for name in runs.LOG_NAMES}
+    return {name: read_scalars(fs.join(logs, name)) for name in runs.LOG_NAMES}
 
 
 PANELS = (
@@ -192,8 +190,5 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
                 ax.legend(fontsize=8)
             if panel_title == "learning rate" and plotted:
                 ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    figure.suptitle(title or f"training curves: {Path(model_dir).name}", fontsize=11)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi, format="png")
-    return path
+    figure.suptitle(title or f"training curves: {fs.name(model_dir)}", fontsize=11)
+    return fs.write_from(path, lambda file: figure.savefig(file, dpi=dpi, format="png"))

@@ -61,7 +61,8 @@ OVERFLOW_CASES = tuple(f"{kind}_{precision}_accum{accum}" for kind in ("overflow
 FIT_OVERFLOW_CASES = tuple(f"fit_{kind}_{precision}_accum1" for kind in ("overflow", "reference")
                            for precision in ("mixed_float16", "float32"))
 FIT_SPLITS = {"fit_split_2_1": 11, "fit_split_1_0": 9}  # sentences: batches of 8 (4+4) and 3 (2+1) or 1 (1+0)
-CASES = OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS) + tuple(f"{case}_reference" for case in FIT_SPLITS) + (
+LOOP_SPLITS = {"loop_split_3_5": 3, "loop_split_0_8": 0, "loop_split_reference": None}  # sentences on replica 0
+CASES = tuple(LOOP_SPLITS) + OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS) + tuple(f"{case}_reference" for case in FIT_SPLITS) + (
     "fit_accumulation_refused","consecutive_skips", "dropout", "resume_once", "resume_split", "resume_rerun",
                           "resume_changed", "resume_changed_reference")
 
@@ -75,7 +76,8 @@ _STRATEGIES = {}
 
 def strategy(replicas=2):
     if replicas not in _STRATEGIES:
-        _STRATEGIES[replicas] = create_strategy("mirrored", devices=["/cpu:0", "/cpu:1"][:replicas])
+        _STRATEGIES[replicas] = (create_strategy("mirrored", devices=["/cpu:0", "/cpu:1"]) if replicas == 2
+                                 else create_strategy("default"))
     return _STRATEGIES[replicas]
 
 
@@ -100,6 +102,26 @@ def overflow_case(case, out_dir):
                       strategy(), optimizer=lambda: _optimizer(precision))
     results = trainer.train(lambda context: dataset_of(batches))
     return trainer, {"step": results["step"], "skipped": trainer.skipped_steps, "loss_scale": _scale(trainer)}
+
+
+def loop_split_case(case, out_dir):
+    """Two updates of the custom loop, each on a global batch of 8 sentences: split 3 + 5 or 0 + 8
+    between two replicas, or whole on one device (`loop_split_reference`)."""
+    first = LOOP_SPLITS[case]
+    batches = []
+    for step in range(2):
+        inputs, labels = global_batch(step)
+        if first is None:
+            batches.append((inputs, labels))
+        else:
+            batches += [({key: value[:first] for key, value in inputs.items()}, labels[:first]),
+                        ({key: value[first:] for key, value in inputs.items()}, labels[first:])]
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(get_preset("tiny", **{**CONFIG, "train_steps": 2}), out_dir / f"run_{case}",
+                      TrainOptions(log_every=1, checkpoint_every=100, progress=False),
+                      strategy(1 if first is None else 2), optimizer=lambda: keras.optimizers.SGD(learning_rate=0.5))
+    results = trainer.train(lambda context: dataset_of(batches))
+    return trainer, {"step": results["step"], "loss": results["loss"]}
 
 
 def fit_overflow_case(case):
@@ -250,7 +272,9 @@ def main(out_dir, cases):
         # loss-scaled gradients, or (without loss scaling) a NaN gradient under a finite loss.
         update_module.label_smoothed_nll = poisoned_nll if "float32" in case or "bfloat16" in case else overflowing_nll
         try:
-            if case in OVERFLOW_CASES:
+            if case in LOOP_SPLITS:
+                trainer, record = loop_split_case(case, out_dir)
+            elif case in OVERFLOW_CASES:
                 trainer, record = overflow_case(case, out_dir)
             elif case in FIT_OVERFLOW_CASES:
                 MarkedLoss.overflow = "float16" in case

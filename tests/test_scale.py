@@ -36,6 +36,14 @@ def records(tmp_path_factory):
     return found
 
 
+@pytest.mark.parametrize("case", ["loop_split_3_5", "loop_split_0_8"])
+def test_uneven_and_empty_replica_batches_make_the_one_device_updates(records, case):
+    reference = records["loop_split_reference"]
+    assert records[case]["step"] == reference["step"] == 2
+    assert records[case]["loss"] == pytest.approx(reference["loss"], rel=1e-5)
+    np.testing.assert_allclose(records[case]["weights"], reference["weights"], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("precision, accum", OVERFLOW_RUNS)
 def test_a_nonfinite_gradient_on_the_second_replica_only_is_never_applied(records, precision, accum):
     overflow, reference = records[f"overflow_{precision}_accum{accum}"], records[f"reference_{precision}_accum{accum}"]

@@ -18,12 +18,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
 import sys
-from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import cli
-from keras_transformer.data.tokenizer import _write_atomically
+from keras_transformer import cli, fs
 from keras_transformer.decoding import Parser, decode_lines
 from keras_transformer.decoding.parser import check_not_blank
 from keras_transformer.runs import load_run, read_run_config
@@ -41,7 +39,7 @@ def main(argv):
     del argv
     if FLAGS.input:
         try:
-            data = Path(FLAGS.input).read_bytes()
+            data = fs.read_bytes(FLAGS.input)
         except OSError as err:
             raise app.UsageError(f"Cannot read --input={FLAGS.input}: {err.strerror}") from err
         name = FLAGS.input
@@ -62,7 +60,7 @@ def main(argv):
     trees = parser(lines, progress=progress if FLAGS.input else None)
     text = "".join(f"{tree}\n" for tree in trees)
     if FLAGS.output:
-        _write_atomically(text.encode("utf-8"), Path(FLAGS.output))
+        fs.write_text(FLAGS.output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

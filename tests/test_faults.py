@@ -164,7 +164,8 @@ def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
     for name in weights[0].files:
         np.testing.assert_array_equal(weights[0][name], weights[1][name])
     # Only the chief's checkpoints and logs remain; the other worker cleaned up.
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.json", "logs", "spm.model"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.json", "logs", "spm.model",
+                                                         "starts.jsonl"]
     assert latest_step(run_dir) == 4
     # The chief's checkpoint holds the weights both workers ended with.
     from keras_transformer.training import load_run

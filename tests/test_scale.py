@@ -105,7 +105,8 @@ def test_fit_reports_the_token_weighted_loss_for_any_split_of_the_last_batch(rec
     np.testing.assert_allclose(mirrored["weights"], one_device["weights"], rtol=0, atol=1e-6)
 
 
-def test_fit_refuses_keras_accumulation_on_several_replicas_in_one_line(records):
-    assert records["fit_accumulation_refused"]["error"] == (
-        "model.fit cannot accumulate gradients on 2 replicas (gradient_accumulation_steps=2): Keras' accumulation "
-        "does not run under tf.distribute. Use Trainer / experiments/train.py with accum_steps, or one replica.")
+@pytest.mark.parametrize("case", ["fit_reference_float32_accum2", "fit_reference_float32_accum2_one_device"])
+def test_fit_accumulates_on_two_replicas_and_one_device_as_keras_does_on_one_device(records, case):
+    np.testing.assert_allclose(records[case]["weights"], records["fit_accumulation_by_hand"]["weights"],
+                               rtol=0, atol=1e-6)
+    assert records[case]["iterations"] == 2

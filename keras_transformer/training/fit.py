@@ -8,6 +8,15 @@ Keras' own TensorFlow steps differ from ours in two ways that only show on sever
   flag is all-reduced first; the update is applied (by the compiled optimizer, as Keras
   does) only if no replica holds a NaN or Inf, else skipped everywhere, with a loss-scale
   optimizer's scale halved once. A skipped update does not move `optimizer.iterations`.
+- **Gradient accumulation on any number of replicas.** Keras' own accumulation
+  (`gradient_accumulation_steps=k` on the optimizer) takes its update-or-accumulate branch
+  inside a replica's `cond`, which tf.distribute cannot run. Here the same semantics are
+  taken in the cross-replica decision: each replica adds its batch's gradients to its own
+  accumulators, and every k-th finite batch the optimizer applies the mean of the k
+  batches' gradients (all-reduced once, as Keras does on one device). A batch with a NaN or
+  Inf on any replica is dropped on every replica and not counted; under loss scaling the
+  halved scale also halves what was accumulated, so every batch of an update is unscaled by
+  the same factor.
 - **The loss is weighted by real tokens.** Keras reports a replica's loss times the number
   of replicas, averaged with the replicas' sentence counts as weights, and averages the
   batches of an epoch by sentences. With a loss that marks itself `token_weighted`
@@ -24,21 +33,7 @@ from keras_transformer.training.loss import global_token_count
 
 
 def train_step(model, data):
-    """One `fit` step (see the module docstring); returns the metrics' values.
-
-    Raises:
-        ValueError: the optimizer accumulates gradients (`gradient_accumulation_steps`)
-            on several replicas, which Keras 3.15 cannot run (its accumulation branch
-            synchronizes inside a replica's `cond`); `Trainer` accumulates there.
-    """
-    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    if optimizer.gradient_accumulation_steps and replicas > 1:
-        raise ValueError(
-            f"model.fit cannot accumulate gradients on {replicas} replicas (gradient_accumulation_steps="
-            f"{optimizer.gradient_accumulation_steps}): Keras' accumulation does not run under tf.distribute. "
-            "Use Trainer / experiments/train.py with accum_steps, or one replica."
-        )
+    """One `fit` step (see the module docstring); returns the metrics' values."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
         y_pred = model(x, training=True)
@@ -64,28 +59,71 @@ def apply_if_finite(optimizer, grads, variables):
 
     Called in a replica context (Keras' train step). The decision is taken in a
     cross-replica context (`merge_call`), as `LossScaleOptimizer` takes its own, since a
-    branch that applies gradients cannot sit in a replica context's `cond`.
+    branch that applies gradients cannot sit in a replica context's `cond`. With
+    `gradient_accumulation_steps=k` the gradients are accumulated and every k-th finite batch
+    makes the update (the module docstring).
     """
     finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads if g is not None]))
     bad = 1.0 - ops.cast(finite, "float32")
     context = tf.distribute.get_replica_context()
     if context.num_replicas_in_sync > 1:
         bad = context.all_reduce("sum", bad)
+    if not optimizer.built:  # as `optimizer.apply` does: Keras builds it at the first step on one device
+        with keras.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build(variables)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    steps = inner.gradient_accumulation_steps
 
     def decide(distribution, grads, bad):
         bad = distribution.experimental_local_results(bad)[0]  # the same on every replica
+        accumulators = [inner._accumulated_gradients[inner._get_variable_index(v)] for v in variables] if steps else []
 
         def apply():
             distribution.extended.call_for_each_replica(optimizer.apply, args=(grads, variables))
+
+        def accumulate():
+            for grad, accumulator in zip(grads, accumulators):  # each replica into its own copy
+                if grad is not None:
+                    distribution.extended.update(accumulator.value, _add, args=(grad,), group=False)
+            inner._iterations.assign_add(1)
+
+        def update():
+            # This is Keras' update branch: its own is off while the replicas' calls are traced.
+            inner.gradient_accumulation_steps = None
+            try:
+                distribution.extended.call_for_each_replica(
+                    _apply_accumulated, args=(optimizer, grads, variables, accumulators, steps))
+            finally:
+                inner.gradient_accumulation_steps = steps
+            for accumulator in accumulators:
+                accumulator.assign(ops.zeros_like(accumulator))
 
         def skip():
             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 optimizer.step_counter.assign(0)
                 optimizer.dynamic_scale.assign(optimizer.dynamic_scale * 0.5)
+                for accumulator in accumulators:  # accumulated at the old scale
+                    distribution.extended.update(accumulator.value, _halve, group=False)
 
+        if steps:
+            apply = lambda: ops.cond((inner._iterations + 1) % steps == 0, update, accumulate)  # noqa: E731
         ops.cond(bad == 0.0, apply, skip)
 
     context.merge_call(decide, args=(grads, bad))
+
+
+def _add(accumulator, grad):
+    return accumulator.assign_add(grad)
+
+
+def _halve(accumulator):
+    return accumulator.assign(accumulator * 0.5)
+
+
+def _apply_accumulated(optimizer, grads, variables, accumulators, steps):
+    """In one replica: the optimizer applies the mean of this batch's and the accumulated gradients."""
+    mean = [None if grad is None else (grad + accumulator.value) / steps for grad, accumulator in zip(grads, accumulators)]
+    optimizer.apply(mean, variables)
 
 
 def _track_loss(model, loss, x, y):

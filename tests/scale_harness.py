@@ -62,9 +62,10 @@ FIT_OVERFLOW_CASES = tuple(f"fit_{kind}_{precision}_accum{accum}" for kind in ("
                            for precision in ("mixed_float16", "float32") for accum in (1, 2))
 FIT_SPLITS = {"fit_split_2_1": 11, "fit_split_1_0": 9}  # sentences: batches of 8 (4+4) and 3 (2+1) or 1 (1+0)
 LOOP_SPLITS = {"loop_split_3_5": 3, "loop_split_0_8": 0, "loop_split_reference": None}  # sentences on replica 0
-CASES = tuple(LOOP_SPLITS) + OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS) + tuple(f"{case}_reference" for case in FIT_SPLITS) + (
-    "fit_accumulation_by_hand", "fit_reference_float32_accum2_one_device", "consecutive_skips", "dropout", "resume_once", "resume_split", "resume_rerun",
-                          "resume_changed", "resume_changed_reference")
+CASES = (tuple(LOOP_SPLITS) + OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS)
+         + tuple(f"{case}_reference" for case in FIT_SPLITS)
+         + ("fit_accumulation_by_hand", "fit_reference_float32_accum2_one_device", "consecutive_skips", "dropout",
+            "resume_once", "resume_split", "resume_rerun", "resume_changed", "resume_changed_reference"))
 
 
 def flat(model):

@@ -122,7 +122,8 @@ def _halve(accumulator):
 
 def _apply_accumulated(optimizer, grads, variables, accumulators, steps):
     """In one replica: the optimizer applies the mean of this batch's and the accumulated gradients."""
-    mean = [None if grad is None else (grad + accumulator.value) / steps for grad, accumulator in zip(grads, accumulators)]
+    mean = [None if grad is None else (grad + accumulator.value) / steps
+            for grad, accumulator in zip(grads, accumulators)]
     optimizer.apply(mean, variables)
 
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.layers import DecoderBlock, EncoderBlock, MultiHeadAttention
-from keras_transformer.layers.attention import band_mask
+from keras_transformer.layers.windowed_attention import band_mask
 
 RNG = np.random.default_rng(0)
 D, H = 16, 2

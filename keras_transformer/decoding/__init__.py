@@ -28,11 +28,11 @@ from keras_transformer.decoding.translator import (
     SavedModelTranslator,
     Translator,
     decode_lines,
-    resolve_saved_model,
     translate_in_batches,
     translate_lines,
 )
 from keras_transformer.decoding.tree_constraint import TreeConstraint
+from keras_transformer.model_root import resolve_saved_model
 
 __all__ = [
     "BOS_ID",

@@ -33,7 +33,7 @@ A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode`
 
 import tensorflow as tf
 
-from keras_transformer.layers.attention import CACHE_LENGTH_AXIS, GROWING_CACHE_KEYS
+from keras_transformer.layers.attention_cache import CACHE_LENGTH_AXIS, GROWING_CACHE_KEYS
 from keras_transformer.layers.tracing import in_xla_context
 
 
@@ -81,7 +81,7 @@ def loop_shape_invariants(state, rows_vary=False):
     Returns:
         `state`'s structure of `tf.TensorShape`s: each tensor's own shape, with axis 0
         unknown when `rows_vary`, and the length axis of growing caches
-        (`layers.attention.GROWING_CACHE_KEYS`) unknown.
+        (`layers.attention_cache.GROWING_CACHE_KEYS`) unknown.
     """
 
     def invariant(structure, growing=False):

@@ -14,6 +14,7 @@ from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 from keras_transformer.layers.checks import check_positive_int
+from keras_transformer.model_root import resolve_saved_model
 
 
 def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
@@ -194,31 +195,6 @@ class Translator:
             return [], []
         lengths = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
         return translate_in_batches(self.translate_batch, texts, self.batch_size, lengths)
-
-
-def resolve_saved_model(path):
-    """The SavedModel directory `path` names: itself, or the highest version of a model root.
-
-    A model root is laid out as TF Serving expects (`saved_models/<name>/<version>/`,
-    versions listed by `export.list_versions`).
-
-    Raises:
-        FileNotFoundError: naming `path` when it is neither.
-    """
-    from keras_transformer.export.serving import list_versions
-
-    path = fs.as_path(path)
-    if fs.isfile(fs.join(path, "saved_model.pb")):
-        return path
-    versions = list_versions(path)
-    if not versions:
-        raise FileNotFoundError(
-            f"{path} is not a SavedModel (no saved_model.pb) nor a model root holding integer versions"
-        )
-    latest = fs.join(path, str(versions[-1]))
-    if not fs.isfile(fs.join(latest, "saved_model.pb")):
-        raise FileNotFoundError(f"{latest}, the highest version of {path}, is not a SavedModel (no saved_model.pb)")
-    return latest
 
 
 class SavedModelTranslator:

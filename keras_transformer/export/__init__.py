@@ -26,8 +26,6 @@ from keras_transformer.export.serving import (
     ServingModule,
     export_saved_model,
     format_signatures,
-    list_versions,
-    next_version,
     serving_commands,
     signature_specs,
     validation_sample,
@@ -40,6 +38,7 @@ from keras_transformer.export.warmup import (
     warmup_requests,
     write_warmup_requests,
 )
+from keras_transformer.model_root import list_versions, next_version
 
 __all__ = [
     "DEFAULT_WARMUP_SENTENCES",

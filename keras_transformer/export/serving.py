@@ -33,6 +33,7 @@ from absl import logging
 from keras_transformer import fs
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.layers.checks import check_positive_int
+from keras_transformer.model_root import next_version
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
@@ -92,19 +93,6 @@ class ExportResult:
     signatures: dict
     ops: object = None
     model_config: Path = None
-
-
-def list_versions(model_root):
-    """The integer versions in `saved_models/<name>`, sorted (other entries are ignored)."""
-    if not fs.isdir(model_root):
-        return []
-    return sorted(int(entry) for entry in fs.listdir(model_root) if entry.isdigit() and fs.isdir(fs.join(model_root, entry)))
-
-
-def next_version(model_root):
-    """The highest existing version + 1, or 1 (any entry with an integer name counts)."""
-    taken = [int(entry) for entry in fs.listdir(model_root) if entry.isdigit()] if fs.isdir(model_root) else []
-    return max(taken) + 1 if taken else 1
 
 
 def _check_name(name):

@@ -83,6 +83,24 @@ def test_loss_without_smoothing_is_negative_log_likelihood():
     np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("eps", [0.1, 0.0])
+def test_loss_gradient_is_softmax_minus_the_smoothed_target(eps):
+    rng = np.random.default_rng(2)
+    logits = tf.constant(rng.normal(size=(2, 3, 7)).astype("float32") * 3)
+    labels = np.array([[1, 6, 0], [4, 0, 0]])  # padding (0) gets no gradient
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss_sum, _ = label_smoothed_nll(labels, logits, eps)
+    gradient = tape.gradient(loss_sum, logits).numpy()
+    z = logits.numpy().astype("float64")
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    target = np.full(z.shape, eps / 7)
+    target[np.arange(2)[:, None], np.arange(3)[None, :], labels] += 1 - eps
+    expected = (softmax - target) * (labels != 0)[..., None]
+    np.testing.assert_allclose(gradient, expected, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 10000, 100000])
 def test_schedule_equals_paper_formula(step):
     schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)

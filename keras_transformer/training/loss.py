@@ -13,8 +13,11 @@ def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
 
     The target distribution puts `1 - eps` on the reference token and spreads `eps`
     uniformly over the whole vocabulary (Szegedy et al., 2016, as cited by the paper):
-    q = (1 - eps) * onehot(y) + eps / V. The loss at a token is -sum_k q_k log p_k,
-    computed from log-softmax without materializing the one-hot matrix.
+    q = (1 - eps) * onehot(y) + eps / V. The loss at a token is -sum_k q_k log p_k, which
+    is `logsumexp(z) - (1 - eps) * z_y - eps * mean(z)` for logits z: computed so, without
+    a log-softmax of the vocabulary, and with its gradient `softmax(z) - q` written out
+    (autodiff would also differentiate the gather of z_y, a scatter into a zero tensor the
+    size of the logits, and the mean, a broadcast of the same size).
 
     Args:
         labels: int `(B, T)`, `pad_id` at padding.
@@ -26,13 +29,33 @@ def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
         `(losses, weights)`: float32 `(B, T)` each; weights are 1 at real tokens, 0 at padding.
     """
     labels = ops.cast(labels, "int32")
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (B, T, V)
-    reference = ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]  # (B, T)
-    losses = -(1.0 - label_smoothing) * reference
-    if label_smoothing:
-        losses = losses - label_smoothing * ops.mean(log_probs, axis=-1)
+    losses = _smoothed_cross_entropy(ops.cast(logits, "float32"), labels, label_smoothing)
     weights = ops.cast(ops.not_equal(labels, pad_id), "float32")  # (B, T)
     return losses * weights, weights
+
+
+def _smoothed_cross_entropy(logits, labels, label_smoothing):
+    """`(B, T)` losses of `token_losses` (no padding weights), with the gradient `softmax(z) - q`."""
+
+    @ops.custom_gradient
+    def losses_of(logits):
+        log_normalizer = ops.logsumexp(logits, axis=-1)  # (B, T)
+        reference = ops.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]  # (B, T)
+        losses = log_normalizer - (1.0 - label_smoothing) * reference
+        if label_smoothing:
+            losses = losses - label_smoothing * ops.mean(logits, axis=-1)
+
+        def gradient(*args, upstream=None):
+            upstream = (args[0] if args else upstream)[..., None]  # (B, T, 1)
+            vocabulary = ops.shape(logits)[-1]
+            target = ops.one_hot(labels, vocabulary, dtype="float32") * (1.0 - label_smoothing)
+            if label_smoothing:
+                target = target + label_smoothing / ops.cast(vocabulary, "float32")
+            return (ops.exp(logits - log_normalizer[..., None]) - target) * upstream
+
+        return losses, gradient
+
+    return losses_of(logits)
 
 
 def label_smoothed_nll(labels, logits, label_smoothing=0.1, pad_id=0):

@@ -122,6 +122,8 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
     One process runs the scripts one after another (tests/script_sequence.py); every
     step reads what the previous ones wrote through the URLs only. The second training
     run hits a full disk at its save: one line, and the third resumes from the kept checkpoint.
+    The first export hits a full disk while writing the SavedModel: one line, no version
+    directory or temporary directory left, and the same command then exports version 1.
     """
     from keras_transformer.data.sources import load_pairs
 
@@ -135,6 +137,8 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
               f"--val_tgt={val_tgt}"]
     train = [f"--model_dir={run}", *corpus, *TINY_TRAIN_FLAGS, "--checkpoint_every=1", "--log_every=1"]
     test_split = ["--dataset=files", f"--src_file={test_src}", f"--ref_file={test_tgt}"]
+    export = [f"--model_dir={run}", f"--export_dir={exports}", "--nocheck_ops", "--sample=twenty one",
+              "--warmup_sentences=twenty one"]
     steps = [
         ("train.py", [*train, "--train_steps=1"]),
         # A full disk at the next save (a file-size limit below a checkpoint's data file, above the other files).
@@ -143,18 +147,25 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
         ("average_checkpoints.py", [f"--model_dir={run}", "--last=2"]),
         ("evaluate.py", [f"--model_dir={run}", *test_split, "--average_last=2", f"--output={outputs}/hyp.txt"]),
         ("translate.py", [f"--model_dir={run}", f"--input={test_src}", f"--output={outputs}/translations.txt"]),
-        ("export.py", [f"--model_dir={run}", f"--export_dir={exports}", "--nocheck_ops", "--sample=twenty one",
-                       "--warmup_sentences=twenty one"]),
+        # A full disk while the SavedModel is written: a limit above the tokenizer (copied into assets/) and the
+        # variables, below saved_model.pb, written last.
+        ("export.py", export, {"file_size_limit": 1_000_000, "status": 1}),
+        ("export.py", export),  # the same command, with space: version 1
     ]
     result = subprocess.run([sys.executable, SEQUENCE, json.dumps(steps)], cwd=work, env=script_environment(),
                             capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     assert "Traceback" not in output
-    (failed,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    failed, failed_export = [line for line in output.splitlines() if line.startswith("error: ")]
     assert failed.startswith(f"error: Could not save checkpoint {run}/checkpoints/ckpt-2: ")
     assert failed.endswith(f"The last checkpoint, {run}/checkpoints/ckpt-1, and the state file are intact: run the "
                            "same command to resume from it once the cause is fixed.")
+    # It names the file that hit the limit, in the temporary directory beside the versions (now removed).
+    assert failed_export.startswith(f"error: Could not export 'run' to {exports}/run: {store}/saved_models/run/.tmp-")
+    assert "/saved_model.pb" in failed_export
+    assert failed_export.endswith("; File too large. The partial export was removed and no version was published: run "
+                                  "the same command once the cause is fixed.")
     assert f"Restored {run}/checkpoints/ckpt-1 at step 1" in output  # after the failed save
     assert f"Checkpoints: {run}/checkpoints/ckpt-2" in output
     assert f"Wrote {run}/averaged/ckpt-2" in output
@@ -168,6 +179,7 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
         assert (store / path).is_file(), path
     assert list((store / "run" / "logs" / "train").glob("events.out.tfevents.*"))
     assert not list((store / "run" / "checkpoints").glob("*_temp*"))  # nothing left of the failed save
+    assert sorted(path.name for path in (store / "saved_models" / "run").iterdir()) == ["1", "models.config"]
     assert [len((store / "out" / name).read_text().splitlines()) for name in ("hyp.txt", "translations.txt")] == [2, 2]
     assert list(work.iterdir()) == []  # nothing in the working directory (no "file:" directory)
     assert not [path for path in tmp_path.rglob("*") if path.name.startswith("file:")]

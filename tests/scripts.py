@@ -7,16 +7,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A model and batches small enough that a training script runs in seconds.
+# A model small enough that training runs in seconds (`get_preset("tiny", **TINY_MODEL)`).
+TINY_MODEL = dict(
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=32,
+    intermediate_dim=64,
+    num_heads=2,
+    vocabulary_size=64,
+    max_length=48,
+)
+TINY_BATCH_TOKENS = 512
+# The same model and batches as a training script's flags.
 TINY_TRAIN_FLAGS = (
-    "--num_encoder_layers=1",
-    "--num_decoder_layers=1",
-    "--hidden_dim=32",
-    "--intermediate_dim=64",
-    "--num_heads=2",
-    "--vocabulary_size=64",
-    "--max_length=48",
-    "--batch_tokens=512",
+    *(f"--{name}={value}" for name, value in TINY_MODEL.items()),
+    f"--batch_tokens={TINY_BATCH_TOKENS}",
     "--eval_every=0",
     "--noprogress",
 )

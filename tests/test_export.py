@@ -31,6 +31,7 @@ from keras_transformer.data.sources import load_pairs
 from keras_transformer.decoding import make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, translate
 from keras_transformer.export import (
+    ExportError,
     TranslationModule,
     assert_servable_ops,
     check_saved_model_ops,
@@ -572,7 +573,8 @@ def test_failed_export_leaves_no_partial_version(exported, translator, tmp_path,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(serving.warmup_lib, "write_warmup_requests", failing_write)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(ExportError, match=f"^Could not export 'numbers' to {model_root}: No space left on device. "
+                                          "The partial export was removed"):
         export_saved_model(translator, tmp_path, NAME, verify=False, check_ops=False)
     assert written and "saved_model.pb" in written[0]  # it failed midway, after the SavedModel was saved
     assert sorted(entry.name for entry in model_root.iterdir()) == ["1"]

@@ -22,6 +22,7 @@ from keras_transformer.export.ops_check import (
 )
 from keras_transformer.export.serving import (
     SERVING_IMAGE,
+    ExportError,
     ExportResult,
     ServingModule,
     export_saved_model,
@@ -46,6 +47,7 @@ __all__ = [
     "MODEL_CONFIG_FILE",
     "SERVING_IMAGE",
     "SIGNATURES",
+    "ExportError",
     "ExportResult",
     "OpsReport",
     "ServingModule",

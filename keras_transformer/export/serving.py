@@ -16,7 +16,8 @@ A version is written into a hidden temporary directory beside the versions
 (`saved_models/<name>/.tmp-<random>`, which TF Serving ignores: it is not an integer),
 checked (warmup requests replayed through the loaded copy, op allowlist), and only then
 renamed to its integer name, so a server never sees a partial version and a failed
-export leaves no version directory behind.
+export leaves no version directory behind. A write that fails (a full disk, a quota, a
+file-size limit) raises `ExportError`, one line naming the model directory and the file.
 """
 
 import dataclasses
@@ -45,6 +46,10 @@ TMP_PREFIX = ".tmp-"
 # The newest released model server (TensorFlow 2.20 with TensorFlow Text 2.20), the runtime
 # the test suite loads exports in (tests/runtimes.py); docs/serving.md lists the others.
 SERVING_IMAGE = "tensorflow/serving:2.20.0"
+
+
+class ExportError(OSError):
+    """An export could not be written; its partial copy was removed and the existing versions are untouched."""
 
 
 class ServingModule(tf.Module):
@@ -277,6 +282,7 @@ def export_saved_model(
 
     Raises:
         FileExistsError: if `version` exists.
+        ExportError: a write failed (a full disk, a quota); one line naming the file.
         ValueError / TypeError: on invalid arguments (before anything is written).
     """
     _check_name(name)
@@ -291,7 +297,14 @@ def export_saved_model(
         )
     directory = fs.makedirs(fs.join(model_root, f"{TMP_PREFIX}{secrets.token_hex(4)}"))
     try:
-        ops = _save(translator, directory, name, warmup_sentences, verify, check_ops, progress or (lambda line: None))
+        try:
+            ops = _save(translator, directory, name, warmup_sentences, verify, check_ops,
+                        progress or (lambda line: None))
+        except OSError as error:
+            raise ExportError(
+                f"Could not export {name!r} to {model_root}: {_reason(error)}. The partial export was removed and "
+                "no version was published: run the same command once the cause is fixed."
+            ) from None
         target = _publish(directory, model_root, version)
     except BaseException:
         fs.discard(directory)
@@ -310,6 +323,14 @@ def export_saved_model(
         ops=ops,
         model_config=config_path,
     )
+
+
+def _reason(error):
+    """Why a write of the export failed, in one line naming the file (`error` an `OSError`)."""
+    reason = (error.strerror or str(error)).splitlines()[0]
+    if error.filename is not None and fs.name(error.filename) not in reason:
+        reason = f"{reason}: {error.filename}"
+    return reason
 
 
 def _publish(directory, model_root, version, attempts=20):

@@ -341,7 +341,9 @@ def _task_id(strategy):
 def _restore(checkpoint, path):
     """Restore `path`; a checkpoint written before the input's position was kept (it counted
     updates drawn from a stream) restores everything else, and its input starts anew."""
-    if tf.train.load_checkpoint(path).has_tensor("batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"):
+    # The reader of the prefix itself: `tf.train.load_checkpoint` first asks whether the path is a
+    # directory, which on `ram://` any prefix of a file name is.
+    if tf.compat.v1.train.NewCheckpointReader(str(path)).has_tensor("batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"):
         checkpoint.restore(path).assert_existing_objects_matched()
         return
     checkpoint.restore(path).expect_partial()

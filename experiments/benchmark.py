@@ -29,6 +29,13 @@ under the same dtype policy (--precision) and with our dropout placement
      --profile_saved_model adds where the SavedModel's time goes: sentences/s and the op
      time by kind (beam reorder, self-attention, ...) at each batch size, from TensorFlow's
      profiler.
+  --profile_training: where a training step's time goes, ours and the peer on the same
+     bucketed batches (TensorFlow's profiler: each part's share of the op time and the top
+     op types; with --jit_compile, the step time only). Its own table, after the rows:
+
+    python experiments/benchmark.py --preset=small --data_dir=../shared/data/multi30k \
+        --notraining --profile_training --steps=6
+
   f. with --attention_scaling: one encoder layer of the preset (forward + backward, batch 1)
      at n = --scaling_lengths, full attention against --scaling_window r, timed
      alternately: milliseconds and peak memory per step, and their growth per doubling of n
@@ -49,10 +56,12 @@ from absl import app, flags
 
 from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
-from keras_transformer.benchmark.profile import profile_run
+from keras_transformer.benchmark.profile import profile_run, training_profile
 from keras_transformer.benchmark.report import format_table, plot_ratios
+from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
-from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece
+from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
+from keras_transformer.models.transformer import Transformer
 
 import keras  # noqa: E402,I001  (after keras_transformer, see above)
 import tensorflow as tf  # noqa: E402,I001
@@ -85,6 +94,8 @@ flags.register_validator(
     "--decode_batch_sizes takes positive integers, e.g. 32,64.")
 flags.DEFINE_bool("profile_saved_model", False, "With --model_dir: where the exported SavedModel's time goes "
                   "(sentences/s and op time by kind at each of --decode_batch_sizes).")
+flags.DEFINE_bool("profile_training", False, "Where a training step's time goes, ours and the peer on the same "
+                  "--steps bucketed batches (op time by part and op type).")
 flags.DEFINE_integer("threads", None, "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
                      "TensorFlow's own; CTranslate2 2).")
 
@@ -102,8 +113,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS.training and not FLAGS.model_dir and not FLAGS.attention_scaling:
-        raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e) or --attention_scaling (f).")
+    if not (FLAGS.training or FLAGS.model_dir or FLAGS.attention_scaling or FLAGS.profile_training):
+        raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e), --attention_scaling (f) "
+                             "or --profile_training.")
     cli.quiet_info_logs()  # rows d and e export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
@@ -112,7 +124,7 @@ def main(argv):
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     keras.utils.set_random_seed(FLAGS.seed)
     rows = []
-    if FLAGS.training:
+    if FLAGS.training or FLAGS.profile_training:
         pairs = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "train", data_dir=FLAGS.data_dir)
         config = cli.config_from_flags()
         with tempfile.TemporaryDirectory() as workdir:
@@ -120,6 +132,7 @@ def main(argv):
                 [x for pair in pairs for x in pair], Path(workdir) / "spm.model", config.vocabulary_size
             ))
         print(f"preset: {FLAGS.preset}")
+    if FLAGS.training:
         rows.extend(training_rows(
             config, pairs, tokenizer, precision=FLAGS.precision, steps=FLAGS.steps, rounds=FLAGS.rounds,
             batch_tokens=FLAGS.batch_tokens, padded_length=FLAGS.padded_length, padded_batch=FLAGS.padded_batch,
@@ -141,6 +154,13 @@ def main(argv):
         if FLAGS.plot:
             plot_ratios(rows, FLAGS.plot)
             print(f"plot: {FLAGS.plot}")
+    if FLAGS.profile_training:
+        models = {"ours": Transformer(config, dtype=FLAGS.precision),
+                  "keras-hub": keras_hub_transformer(config, dtype=FLAGS.precision)}
+        batches = list(make_dataset(pairs, tokenizer, batch_tokens=FLAGS.batch_tokens, max_length=config.max_length,
+                                    seed=FLAGS.seed).take(FLAGS.steps))
+        print(f"training step profile, preset {FLAGS.preset}, {FLAGS.precision}:")
+        training_profile(models, config, batches, jit_compile=FLAGS.jit_compile)
     if FLAGS.model_dir and FLAGS.profile_saved_model:  # after the table: it needs the most memory
         profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
                     batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2))

@@ -291,3 +291,25 @@ def test_saved_model_profile_finds_the_beam_reorder(trained_run):
     table = lines[-1].splitlines()
     assert table[0] == "| batch size | 4 | 8 |" and table[2].startswith("| sentences/s (8 sentences) |")
     assert {kind for kind, _ in OP_KINDS} >= {line.split(" | ")[0][2:] for line in table[4:] if line.startswith("| ")} - {"other"}
+
+
+def test_training_profile_attributes_both_models_ops_to_their_parts():
+    """One profiled step of our tiny model and its keras-hub peer: every op time lands in a part,
+    and the parts both models have (attention, feed-forward, norms, output projection, Adam)
+    are found under both naming schemes."""
+    from keras_transformer.benchmark.peers import keras_hub_transformer
+    from keras_transformer.benchmark.profile import OUTSIDE, training_profile
+
+    config = get_preset("tiny", vocabulary_size=64, dropout=0.1)
+    ids = np.random.default_rng(0).integers(1, 64, size=(3, 4, 6)).astype("int32")
+    batches = [({"source_ids": ids[0], "target_ids": ids[1]}, ids[2])]
+    lines = []
+    results = training_profile({"ours": Transformer(config), "keras-hub": keras_hub_transformer(config)}, config,
+                               batches, log=lines.append)
+    for name, result in results.items():
+        assert result["step_seconds"] > 0
+        assert sum(result["parts"].values()) == pytest.approx(result["op_seconds"])
+        for part in ("attention", "feed-forward", "layer norm", "dropout", "output projection and embedding",
+                     "optimizer (Adam)", OUTSIDE):
+            assert result["parts"].get(part, 0.0) > 0, (name, part)
+    assert lines[0].splitlines()[0] == "| graph mode, 1 batches | ours | keras-hub |"

@@ -1,4 +1,4 @@
-"""Where an exported SavedModel's translation time goes: op time by kind, and time against batch size.
+"""Where time goes: a SavedModel's translation (op time by kind, time against batch size), and a training step.
 
 `op_times` runs a function under TensorFlow's profiler and sums the executed ops'
 durations from the trace it writes (`*.xplane.pb`, read with the XSpace protocol buffer
@@ -8,6 +8,11 @@ over threads, so with two threads it can exceed the wall time.
 `op_kind` sorts the decoder's ops into the parts of a beam-search step, and
 `saved_model_profile` puts the two together for a SavedModel: sentences/s at several batch
 sizes, and each kind's share of the op time at each batch size.
+
+`training_profile` does the same for a training step (`benchmark.timing.make_train_step`) of
+our model and the keras-hub peer on the same batches: each part of the model's share
+(`TRAINING_PARTS`) and the top op types. Under XLA on a CPU the trace holds no per-op times
+(the compiled cluster runs as one op), so only the step time is reported there.
 """
 
 import collections
@@ -16,7 +21,7 @@ import glob
 import re
 import tempfile
 
-from keras_transformer.benchmark.timing import fastest_of_alternating
+from keras_transformer.benchmark.timing import fastest_of_alternating, make_train_step, run_steps, warm_up
 
 # (kind, pattern on "scope/name:Type"), first match wins. The scopes are those of the
 # exported search (decoding/beam.py, decoding/steps.py, layers/).
@@ -35,6 +40,88 @@ OP_KINDS = (
     ("while-loop control", re.compile(r":(Enter|Exit|Merge|Switch|NextIteration|LoopCond|Identity|Less|LogicalAnd)$")),
 )
 OTHER = "other"
+
+
+# (part, pattern on "scope/name:Type"), first match wins; the scopes of our model and of the
+# keras-hub peer (`benchmark.peers`). Ops outside both models are the loss and the step's own.
+TRAINING_PARTS = (
+    ("optimizer (Adam)", re.compile(r"(^|/)adam(_\d+)?/|ResourceApplyAdam")),
+    ("layer norm", re.compile(r"layer_?norm")),
+    ("dropout", re.compile(r"dropout")),
+    ("output projection and embedding", re.compile(r"token_embedding|reversible_embedding")),
+    ("attention", re.compile(r"attention")),
+    ("feed-forward", re.compile(r"feed_?forward")),
+    ("positions and the rest of the model", re.compile(r"(^|/)(transformer|keras_hub_transformer)(_\d+)?/")),
+)
+OUTSIDE = "loss and step (outside the model)"
+
+
+def training_part(name):
+    """The part of a training step that the op `scope/name:Type` belongs to (`TRAINING_PARTS`).
+
+    >>> training_part("gradient_tape/transformer/decoder_layer_0/self_attention/einsum_1/Einsum:Einsum")
+    'attention'
+    >>> training_part("gradient_tape/keras_hub_transformer/decoder/feedforward_output_dense/Tensordot:MatMul")
+    'feed-forward'
+    >>> training_part("ReduceLogSumExp/Sub:Sub")
+    'loss and step (outside the model)'
+    """
+    for part, pattern in TRAINING_PARTS:
+        if pattern.search(name):
+            return part
+    return OUTSIDE
+
+
+def training_profile(models, config, batches, jit_compile=False, log=print):
+    """Where a training step's time goes, for each of `models` on the same `batches`.
+
+    Args:
+        models: `{name: keras model}` with our inputs and outputs.
+        config: the `TransformerConfig` (label smoothing, warmup of the step).
+        batches: a list of `(inputs, labels)`; each model is warmed up on every shape first.
+        jit_compile: compile the steps with XLA (then only the step time is measured).
+        log: prints the table.
+
+    Returns:
+        `{name: {"step_seconds": float, "op_seconds": float, "parts": {part: s}, "types": {type: s}}}`.
+    """
+    steps = {name: make_train_step(model, config, jit_compile) for name, model in models.items()}
+    for step in steps.values():
+        warm_up(step, batches)
+    fastest = fastest_of_alternating({name: functools.partial(run_steps, step, batches)
+                                      for name, step in steps.items()}, rounds=2)
+    results = {}
+    for name, step in steps.items():
+        times = {} if jit_compile else op_times(run_steps, step, batches)[1]
+        parts = collections.Counter()
+        for op, seconds in times.items():
+            parts[training_part(op)] += seconds
+        results[name] = {"step_seconds": fastest[name][0] / len(batches), "op_seconds": sum(times.values()),
+                         "parts": dict(parts.most_common()), "types": by_type(times)}
+    log(format_training_profile(results, len(batches), jit_compile))
+    return results
+
+
+def format_training_profile(results, num_batches, jit_compile=False):
+    """Markdown: step time per model, each part's share of the op time, and the top op types."""
+    names = list(results)
+    lines = [f"| {'XLA' if jit_compile else 'graph mode'}, {num_batches} batches | {' | '.join(names)} |",
+             f"|---|{'---|' * len(names)}",
+             "| seconds per step (fastest of 2 alternating rounds) | "
+             + " | ".join(f"{results[name]['step_seconds']:.3f}" for name in names) + " |"]
+    if jit_compile:
+        return "\n".join(lines + ["", "(XLA on a CPU: the trace holds no per-op times)"])
+    lines.append("| op time summed over threads (s) | " + " | ".join(f"{results[name]['op_seconds']:.1f}"
+                                                                   for name in names) + " |")
+    for part in [part for part, _ in TRAINING_PARTS] + [OUTSIDE]:
+        shares = [results[name]["parts"].get(part, 0.0) / max(results[name]["op_seconds"], 1e-12) for name in names]
+        lines.append(f"| {part} | " + " | ".join(f"{share:.0%}" for share in shares) + " |")
+    lines.append("")
+    for name in names:
+        top = ", ".join(f"{op} {seconds / max(results[name]['op_seconds'], 1e-12):.0%}"
+                        for op, seconds in results[name]["types"].items())
+        lines.append(f"{name}, top op types: {top}")
+    return "\n".join(lines)
 
 
 def op_kind(name):

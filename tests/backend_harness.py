@@ -188,6 +188,7 @@ FUNCTION_OUTPUTS = (
     "multi_head_attention_scores",
     "shared_embedding_mask",
     "implicit_mask_encoder",
+    "implicit_mask_encoder_predict",
 )
 
 OUTPUT_NAMES = (
@@ -353,6 +354,8 @@ def check_implicit_mask(recorder, out_dir):
     _weights(recorder, out_dir, "implicit_mask_encoder", model)
     implicit = model(ids)
     recorder.output("implicit_mask_encoder", implicit)
+    # `predict` runs compiled (`jax.jit`, whose traced arrays take no attributes; `tf.function`).
+    recorder.output("implicit_mask_encoder_predict", model.predict(ids, batch_size=B, verbose=0))
     embedded = numpy(embedding(ids)) + numpy(PositionalEncoding()(embedding(ids)))
     explicit = block(embedded, padding_mask=padding([S, 3], S))
     recorder.same("implicit_mask_encoder/explicit", implicit, explicit)

@@ -59,8 +59,9 @@ def causal_mask(query_length, key_length=None, offset=0):
 def implicit_mask(tensor):
     """The Keras implicit padding mask attached to `tensor`, or `None`.
 
-    TensorFlow and PyTorch tensors carry it as an attribute; JAX arrays take no
-    attributes, so Keras keeps their masks in a table of its own, which its getter reads.
+    Tensors usually carry it as an attribute; JAX's traced arrays (under `jax.jit`, as in
+    `predict` and `fit`) take no attributes, so Keras keeps their masks in a table of its
+    own, which its getter reads.
     """
     if _get_keras_mask is not None:
         return _get_keras_mask(tensor)

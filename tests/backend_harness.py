@@ -354,7 +354,7 @@ def check_implicit_mask(recorder, out_dir):
     _weights(recorder, out_dir, "implicit_mask_encoder", model)
     implicit = model(ids)
     recorder.output("implicit_mask_encoder", implicit)
-    # `predict` runs compiled (`jax.jit`, whose traced arrays take no attributes; `tf.function`).
+    # `predict` runs compiled (`jax.jit`, whose traced arrays carry no mask attribute; `tf.function`).
     recorder.output("implicit_mask_encoder_predict", model.predict(ids, batch_size=B, verbose=0))
     embedded = numpy(embedding(ids)) + numpy(PositionalEncoding()(embedding(ids)))
     explicit = block(embedded, padding_mask=padding([S, 3], S))

@@ -13,11 +13,6 @@ explicit padding masks, explicit attention masks and the causal mask into one at
 
 from keras import ops
 
-try:  # Keras' own reader of implicit masks (not exported by keras.backend in Keras 3.15)
-    from keras.src.backend.common.masking import get_keras_mask as _get_keras_mask
-except ImportError:  # pragma: no cover
-    _get_keras_mask = None
-
 
 def padding_mask(token_ids, pad_id=0):
     """Padding mask of token ids: `True` at real tokens.
@@ -57,15 +52,8 @@ def causal_mask(query_length, key_length=None, offset=0):
 
 
 def implicit_mask(tensor):
-    """The Keras implicit padding mask attached to `tensor`, or `None`.
-
-    Tensors usually carry it as an attribute; JAX's traced arrays (under `jax.jit`, as in
-    `predict` and `fit`) take no attributes, so Keras keeps their masks in a table of its
-    own, which its getter reads.
-    """
-    if _get_keras_mask is not None:
-        return _get_keras_mask(tensor)
-    return getattr(tensor, "_keras_mask", None)  # pragma: no cover (Keras without the getter)
+    """The Keras implicit padding mask attached to `tensor`, or `None`."""
+    return getattr(tensor, "_keras_mask", None)
 
 
 def merge_masks(

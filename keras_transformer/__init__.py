@@ -10,9 +10,12 @@ def _import_tensorflow_silently():
     TensorFlow's native libraries write start-up lines (CUDA probing on a machine without
     GPUs) before `TF_CPP_MIN_LOG_LEVEL` takes effect. When that variable asks for silence
     ("3", as the scripts in experiments/ set it by default), those lines are hidden too;
-    otherwise, or when TensorFlow is already imported, nothing changes.
+    otherwise, when TensorFlow is already imported, or when `KERAS_BACKEND` names another
+    backend (the layers and models import no TensorFlow there), nothing changes.
     """
     if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL") != "3":
+        return
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         return
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     try:

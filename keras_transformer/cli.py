@@ -7,6 +7,7 @@ reported as one line `error: <message>` (see `USER_ERRORS`).
 """
 
 import dataclasses
+import os
 import sys
 import typing
 
@@ -17,6 +18,7 @@ from absl import app, flags, logging
 # disk or an unreachable bucket — every OSError): reported in one line, without a traceback.
 USER_ERRORS = (ValueError, OSError, RuntimeError)
 
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
@@ -173,8 +175,11 @@ def quiet_info_logs():
         logging.set_verbosity(logging.WARNING)
 
 
-def run(main):
+def run(main, tensorflow_only=True):
     """Run a script's `main(argv)` as `absl.app.run` does, with errors a user can fix in one line.
+
+    A script that trains, searches or exports (`tensorflow_only`) stops with one line
+    naming the backend when Keras runs on another one (`backends.require_tensorflow`).
 
     A `USER_ERRORS` exception prints `error: <message>` on stderr and exits with status 1;
     a usage error (`app.UsageError`) prints `error: <message>` and a pointer to `--help`,
@@ -189,6 +194,8 @@ def run(main):
 
     def guarded(argv):
         try:
+            if tensorflow_only:
+                require_tensorflow(f"experiments/{os.path.basename(sys.argv[0])}")
             return main(argv)
         except app.UsageError as error:
             if flags.FLAGS.traceback:

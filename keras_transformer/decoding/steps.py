@@ -33,6 +33,7 @@ A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode`
 
 import tensorflow as tf
 
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.layers.attention_cache import CACHE_LENGTH_AXIS, GROWING_CACHE_KEYS
 from keras_transformer.layers.tracing import in_xla_context
 
@@ -126,6 +127,7 @@ class CachedStep:
     can_drop_sentences = True
 
     def __init__(self, model):
+        require_tensorflow("Searching (decoding.CachedStep)")
         self.model = model
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
@@ -190,6 +192,7 @@ class RecomputeStep:
     can_drop_sentences = True
 
     def __init__(self, model, prefix_only=None):
+        require_tensorflow("Searching (decoding.RecomputeStep)")
         self.model = model
         self.prefix_only = prefix_only
 

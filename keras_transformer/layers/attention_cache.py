@@ -151,18 +151,20 @@ def ring_step(cache, new_keys, new_values, start, query_length, attention_mask, 
 def write_positions(buffer, updates, start):
     """`buffer` `(B, H, L, D)` with `updates` `(B, H, Q, D)` written at positions `start .. start + Q - 1`.
 
-    Not `ops.slice_update`: the TensorFlow backend lowers that to `XlaDynamicUpdateSlice`,
-    which outside `jit_compile` runs only through on-demand XLA compilation; TF Serving's
-    model server disables that on CPU, so it could not serve a SavedModel that decodes
-    with the cache. Instead, core ops that touch only the written slots:
-
-    * TensorFlow outside XLA: `TensorStridedSliceUpdate` (`buffer[:, :, start:start + Q] =
-      updates`), which updates the buffer in place when nothing else holds it (as in a
-      decoding loop) instead of copying all `L` slots.
-    * under XLA and with other backends: a scatter of the `B * H * Q` rows of width `D`
-      (`TensorScatterUpdate` with TensorFlow; XLA compiles it to an in-place update).
+    * JAX and PyTorch: `ops.slice_update` (`lax.dynamic_update_slice`, which XLA updates
+      in place when the buffer is donated; an indexed copy with PyTorch).
+    * TensorFlow, not `ops.slice_update`: that lowers to `XlaDynamicUpdateSlice`, which
+      outside `jit_compile` runs only through on-demand XLA compilation; TF Serving's
+      model server disables that on CPU, so it could not serve a SavedModel that decodes
+      with the cache. Instead, core ops that touch only the written slots: outside XLA
+      `TensorStridedSliceUpdate` (`buffer[:, :, start:start + Q] = updates`), which
+      updates the buffer in place when nothing else holds it (as in a decoding loop)
+      instead of copying all `L` slots; under XLA a scatter of the `B * H * Q` rows of
+      width `D` (`TensorScatterUpdate`, which XLA compiles to an in-place update).
     """
-    if keras.backend.backend() == "tensorflow" and not in_xla_context():
+    if keras.backend.backend() != "tensorflow":
+        return ops.slice_update(buffer, (0, 0, ops.cast(start, "int32"), 0), updates)
+    if not in_xla_context():
         import tensorflow as tf
 
         start = tf.cast(start, tf.int32)

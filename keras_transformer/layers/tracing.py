@@ -4,15 +4,12 @@ Cached decoding picks its shapes with this: outside XLA, attention reads only th
 prefix of the key/value buffer (a shape that changes every step, which TensorFlow graphs
 allow for tensors that are not loop variables); under XLA every shape must be static, so
 it reads the whole buffer and relies on the causal mask.
+
+TensorFlow is imported only when it is the Keras backend: on JAX and PyTorch the layers
+run without it.
 """
 
 import keras
-
-try:  # TensorFlow internals that tell whether the current graph is compiled by XLA.
-    import tensorflow as _tf
-    from tensorflow.python.ops import control_flow_util as _control_flow_util
-except ImportError:  # pragma: no cover
-    _tf = _control_flow_util = None
 
 
 def in_xla_context():
@@ -20,6 +17,11 @@ def in_xla_context():
 
     Always False eagerly and with a backend other than TensorFlow.
     """
-    if _control_flow_util is None or keras.backend.backend() != "tensorflow" or _tf.executing_eagerly():
+    if keras.backend.backend() != "tensorflow":
         return False
-    return bool(_control_flow_util.GraphOrParentsInXlaContext(_tf.compat.v1.get_default_graph()))
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util  # TensorFlow internals: is this graph compiled by XLA?
+
+    if tf.executing_eagerly():
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))

@@ -125,6 +125,17 @@ class Transformer(keras.Model):
         # use on the model itself, so that `get_config` (and `.keras` files) keep it.
         self.dtype_policy = policy
 
+    def __setattr__(self, name, value):
+        # PyTorch's `Module` takes no sub-module as an attribute before `Module.__init__`,
+        # which runs inside the functional constructor, after the layers are assigned.
+        # Until then a layer is tracked as Keras tracks it on the other backends (so the
+        # weights come in the same order everywhere) and set as a plain attribute.
+        if keras.backend.backend() == "torch" and "_modules" not in self.__dict__ and isinstance(value, keras.Layer):
+            self._initialize_tracker()
+            object.__setattr__(self, name, self._tracker.track(value))
+            return
+        super().__setattr__(name, value)
+
     # --- fit and evaluate ---
 
     def train_step(self, data):

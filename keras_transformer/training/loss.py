@@ -7,6 +7,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.backends import require_tensorflow
+
 
 def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
     """Label-smoothed cross-entropy at every target position, zero at padding.
@@ -116,6 +118,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     token_weighted = True  # `Transformer`'s fit and evaluate steps report it weighted by real tokens
 
     def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+        require_tensorflow("LabelSmoothedCrossEntropy")
         reduction = kwargs.pop("reduction", "sum")
         if reduction != "sum":
             raise ValueError(

@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.data.pipeline import check_bucket_boundaries, make_dataset, padding_fraction
 from keras_transformer.data.plan import BatchPlan
 from keras_transformer.data.sources import load_pairs, whole_words
@@ -126,6 +127,7 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         `(trainer, results)`; results as `Trainer.train`, plus the run's paths. The
         trainer is None when start-up was interrupted.
     """
+    require_tensorflow("Training (training.train_translation)")
     if termination is not None:
         return _train_translation(config, model_dir, options, data, strategy, termination)
     with TerminationSignal() as termination:

@@ -25,6 +25,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs, runs
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training.checkpoints import restore_newest_readable, save_checkpoint
@@ -73,6 +74,7 @@ class Trainer:
 
     def __init__(self, config: TransformerConfig, model_dir, options: TrainOptions = TrainOptions(), strategy=None,
                  optimizer=None):
+        require_tensorflow("Training (training.Trainer)")
         self.config = config
         self.options = options
         self.strategy = strategy or tf.distribute.get_strategy()

@@ -1,0 +1,129 @@
+"""Every public layer and a tiny Transformer compute TensorFlow's outputs on JAX and PyTorch.
+
+The reference run (tests/backend_harness.py) builds every layer case, the mask and
+attention functions, cached decoder layers and two tiny Transformers in this process
+(TensorFlow), and writes their weights, `.keras` files and outputs. Then ONE fresh
+process per other backend (`KERAS_BACKEND=jax`, `KERAS_BACKEND=torch`) loads those
+weights and files, computes the same outputs and runs the backend's own checks (`.keras`
+save and load, `get_config`, cached decoding against a full pass, implicit masks,
+dropout). One test per output compares it with TensorFlow's (max |diff| <= 1e-5,
+float32); one test per check reports it. What runs on TensorFlow only (training, the
+loss, the searches, export and the scripts) fails there with one line naming the backend.
+
+Dropout is compared where backends can agree: with dropout off, and with `training=True`
+and every rate 0. Its masks come from each backend's own random generator, so each
+backend instead shows that a rate r drops about r of the units and scales the rest by
+1 / (1 - r), that the same seed draws the same masks, and that dropout changes the model's
+output.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import backend_harness
+from tests.scripts import run_script, script_environment
+
+HARNESS = str(Path(__file__).resolve().parent / "backend_harness.py")
+BACKENDS = ("jax", "torch")
+# JAX compiles every operation it runs eagerly the first time it sees its shapes (about 40
+# of the JAX process's 60 s); its persistent cache, outside the repository, keeps them.
+JAX_CACHE = Path.home() / ".cache" / "keras_transformer" / "jax_compilation_cache"
+BACKEND_ENVIRONMENT = {
+    "jax": {
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    },
+    "torch": {},
+}
+# The whole run of one backend's process (it takes well under a minute on 2 cores).
+TIMEOUT_S = 600
+
+
+def _load(out_dir):
+    checks = json.loads((out_dir / "checks.json").read_text())
+    with np.load(out_dir / "outputs.npz") as outputs:
+        return {"backend": checks["backend"], "checks": checks["checks"], "outputs": dict(outputs)}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The TensorFlow run, in this process: its directory and results."""
+    out_dir = tmp_path_factory.mktemp("backend_tensorflow")
+    backend_harness.run(out_dir)
+    return out_dir, _load(out_dir)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def results(request, reference, tmp_path_factory):
+    """One fresh process under `KERAS_BACKEND=<backend>` on the reference's weights: its results."""
+    backend = request.param
+    if importlib.util.find_spec(backend) is None:
+        pytest.fail(f"{backend} is not installed: pip install -e '.[dev]' installs it")
+    out_dir = tmp_path_factory.mktemp(f"backend_{backend}")
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, HARNESS, str(out_dir), str(reference[0])],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=script_environment(KERAS_BACKEND=backend, **BACKEND_ENVIRONMENT[backend]),
+    )
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
+    found = _load(out_dir)
+    found["seconds"] = time.monotonic() - started
+    return found
+
+
+def test_the_process_ran_on_its_backend(results):
+    assert results["backend"] in BACKENDS
+
+
+def test_no_case_raised(results, reference):
+    for found in (reference[1], results):
+        errors = {name: check["detail"] for name, check in found["checks"].items() if name.startswith("error/")}
+        assert not errors, f"{found['backend']}: " + "\n".join(f"{name}: {detail}" for name, detail in errors.items())
+
+
+@pytest.mark.parametrize("name", backend_harness.OUTPUT_NAMES)
+def test_output_equals_tensorflow(results, reference, name):
+    expected = reference[1]["outputs"].get(name)
+    found = results["outputs"].get(name)
+    assert expected is not None, f"the TensorFlow run computed no {name} (see test_no_case_raised)"
+    assert found is not None, f"the {results['backend']} run computed no {name} (see test_no_case_raised)"
+    assert found.shape == expected.shape, (found.shape, expected.shape)
+    diff = float(np.max(np.abs(found.astype("float64") - expected.astype("float64")))) if found.size else 0.0
+    assert diff <= backend_harness.MAX_ABS_DIFF, f"{results['backend']} {name}: max |diff| {diff:.3g} from TensorFlow"
+
+
+@pytest.mark.parametrize("name", backend_harness.CHECK_NAMES)
+def test_check_holds_on_the_backend(results, name):
+    check = results["checks"].get(name)
+    assert check is not None, f"the {results['backend']} run did not check {name} (see test_no_case_raised)"
+    assert check["ok"], f"{results['backend']} {name}: {check['detail']}"
+
+
+@pytest.mark.parametrize("name", backend_harness.CHECK_NAMES)
+def test_check_holds_on_tensorflow(reference, name):
+    check = reference[1]["checks"].get(name)
+    assert check is not None, f"the TensorFlow run did not check {name} (see test_no_case_raised)"
+    assert check["ok"], f"tensorflow {name}: {check['detail']}"
+
+
+def test_a_script_on_another_backend_fails_in_one_line(tmp_path):
+    result = run_script("translate.py", f"--model_dir={tmp_path}", check=False,
+                        env=script_environment(KERAS_BACKEND="jax"))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: experiments/translate.py runs on the TensorFlow backend only, not on jax "
+        "(KERAS_BACKEND=jax; see docs/backends.md)"
+    )
+    assert "Traceback" not in result.stderr

@@ -7,20 +7,24 @@ in ONE fresh process per other backend, the backend chosen by `KERAS_BACKEND`:
 
 Without REFERENCE_DIR (the reference run) the layers keep the weights they were built
 with and write them to `OUT_DIR/weights/<case>.npz`, and each model is saved as
-`OUT_DIR/<model>.keras` and `OUT_DIR/<model>.weights.h5`. With it, every layer takes the
-reference's weights (`set_weights`) and each model is loaded from the reference's
-`.keras` file (and, rebuilt from its config, from its `.weights.h5`), so that every
-output can be compared with TensorFlow's on the same weights.
+`OUT_DIR/<model>.keras`, `OUT_DIR/<model>.weights.h5` and `OUT_DIR/<model>.get_weights.npz`.
+With it, every layer takes the reference's weights (`set_weights`) and each model is
+loaded from the reference's `.keras` file (and, rebuilt from its config, from its
+`.weights.h5` and its `get_weights()` list), so that every output can be compared with
+TensorFlow's on the same weights.
 
 It writes:
 
 * `OUT_DIR/outputs.npz`: one array per name of `OUTPUT_NAMES`, computed on this backend
   with dropout off (inference), or with `training=True` and every dropout rate 0.
-* `OUT_DIR/checks.json`: `{name: {"ok": bool, "detail": str}}` for each name of
-  `CHECK_NAMES`, properties checked within this backend: `.keras` save and load, the
-  `get_config` (and JSON) round trip, cached decoding equal to a full pass, implicit
-  masks equal to explicit ones, and dropout (see `check_dropout`). Dropout masks are
-  drawn by each backend's own generator, so they are not compared across backends.
+* `OUT_DIR/checks.json`: `{"backend", "checks", "seconds"}`; `checks` holds `{name: {"ok":
+  bool, "detail": str}}` for each name of `CHECK_NAMES`, properties checked within this
+  backend: `.keras` save and load, the `get_config` (and JSON) round trip, cached
+  decoding equal to a full pass, implicit masks equal to explicit ones, dropout (see
+  `check_dropout`; masks are drawn by each backend's own generator, so they are not
+  compared across backends), that `import keras_transformer` imported no TensorFlow, and
+  that what runs on TensorFlow only fails elsewhere in one line naming the backend
+  (`check_tensorflow_only`); `seconds` the time of each case.
 
 A case that raises records the error under `error/<case>` instead of stopping the run.
 

@@ -213,7 +213,7 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
     assert "signature_serialization" not in result.stderr, result.stderr[-2000:]  # the export's INFO lines
     result = run_script("benchmark.py", "--notraining", check=False)
-    assert result.returncode != 0 and "give --model_dir (d, e) or --attention_scaling (f)" in result.stderr
+    assert result.returncode != 0 and "give --model_dir (d, e), --attention_scaling (f) or --profile_training" in result.stderr
 
 
 def test_attention_scaling_row(tmp_path):

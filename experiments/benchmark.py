@@ -8,6 +8,8 @@ under the same dtype policy (--precision) and with our dropout placement
 (`benchmark.keras_hub_transformer`); both train with the same step function.
   a. training step throughput, ours vs the peer, identical padded batches;
   b1. real target tokens/s, ours vs the peer, both on our length-bucketed batches;
+  b1'. the same batches, the two models taking turns on every batch (each batch's fastest
+      of --rounds; the peer's time over ours is also printed per batch shape);
   b2. real target tokens/s, our model on our bucketed batches vs the same model on
       fixed-length padding (every batch padded to --max_length): the bucketing gain;
   c1. model FLOP utilization (MFU) on real tokens: training FLOP/s over the hardware's

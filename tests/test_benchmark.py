@@ -173,7 +173,7 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
                 "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    for name in ("a. train steps/s", "b1. ", "b2. ", "c1. ", "c2. "):  # printed as measured, then in the table
+    for name in ("a. train steps/s", "b1. ", "b1'. ", "b2. ", "c1. ", "c2. "):  # printed as measured, then in the table
         assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
 
@@ -198,6 +198,37 @@ def test_compare_steps_warms_up_each_shape_once_then_times_every_round():
     seconds = compare_steps((counting("first"), batches), (counting("second"), batches[:1]), rounds=3)
     assert calls == {"first": 2 + 3 * 3, "second": 1 + 3 * 1}
     assert all(value >= 0 for value in seconds)
+
+
+def test_compare_steps_per_batch_alternates_on_every_batch_and_keeps_each_batchs_fastest():
+    """Row b1': after one warm-up per shape, the steps take turns on each batch, the first to
+    go alternating between rounds, and each batch's time is its own step's."""
+    import time
+
+    from keras_transformer.benchmark.timing import compare_steps_per_batch
+
+    calls = []
+
+    def sleeping(name, slow_width):
+        def step(inputs, labels):
+            width = inputs["target_ids"].shape[1]
+            calls.append((name, width))
+            if width == slow_width:
+                time.sleep(0.05)
+            return 0.0
+
+        return step
+
+    def batch(width):
+        return {"source_ids": np.zeros((2, width)), "target_ids": np.zeros((2, width))}, None
+
+    batches = [batch(4), batch(8), batch(6)]
+    first, second = compare_steps_per_batch(sleeping("first", 8), sleeping("second", 6), batches, rounds=2)
+    timed = calls[6:]  # after three warm-up calls for each step (three shapes)
+    assert timed == [("first", 4), ("second", 4), ("first", 8), ("second", 8), ("first", 6), ("second", 6),
+                     ("second", 4), ("first", 4), ("second", 8), ("first", 8), ("second", 6), ("first", 6)]
+    assert first[1] >= 0.05 and second[2] >= 0.05
+    assert first[0] < 0.05 and first[2] < 0.05 and second[0] < 0.05 and second[1] < 0.05
 
 
 def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):

@@ -18,7 +18,12 @@ from keras_transformer.benchmark.flops import matmul_flops_per_second, training_
 from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.report import format_row, format_table
-from keras_transformer.benchmark.timing import compare_steps, fastest_of_alternating, make_train_step
+from keras_transformer.benchmark.timing import (
+    compare_steps,
+    compare_steps_per_batch,
+    fastest_of_alternating,
+    make_train_step,
+)
 from keras_transformer.data.pipeline import make_dataset
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.models.transformer import Transformer
@@ -78,6 +83,12 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     measured(Row("b1. real target tokens/s, same bucketed batches", bucketed_tokens / ours_seconds,
                  bucketed_tokens / peer_seconds, peer_seconds / ours_seconds, 1.25))
 
+    # b1'. the same, the two models taking turns on every batch (see compare_steps_per_batch)
+    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(ours_step, peer_step, bucketed, rounds)
+    measured(Row("b1'. the same, alternating per batch", bucketed_tokens / sum(ours_batch_seconds),
+                 bucketed_tokens / sum(peer_batch_seconds), sum(peer_batch_seconds) / sum(ours_batch_seconds), 1.25))
+    log(format_batch_ratios(bucketed, ours_batch_seconds, peer_batch_seconds))
+
     # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
     fixed = padded_batches(pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps)
     fixed_tokens = sum(real_lengths(fixed)[1])
@@ -98,6 +109,27 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     measured(Row("c2. training FLOP/s / measured float32 matmul FLOP/s", achieved / 1e9, matmul / 1e9,
                  achieved / matmul, 0.60))
     return rows
+
+
+def format_batch_ratios(batches, ours_seconds, peer_seconds):
+    """Row b1''s batches grouped by shape, one line each: the peer's time over ours.
+
+    >>> import numpy as np
+    >>> batch = ({"source_ids": np.zeros((2, 5)), "target_ids": np.zeros((2, 4))}, None)
+    >>> print(format_batch_ratios([batch, batch], [1.0, 1.0], [1.5, 2.5]))
+    b1' by batch shape (sentences x target length: batches, peer/ours)
+      2x4: 2, 2.00
+    """
+    groups = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for (inputs, _), ours, peer in zip(batches, ours_seconds, peer_seconds):
+        group = groups[tuple(inputs["target_ids"].shape)]
+        group[0] += 1
+        group[1] += ours
+        group[2] += peer
+    lines = ["b1' by batch shape (sentences x target length: batches, peer/ours)"]
+    for (sentences, length), (count, ours, peer) in sorted(groups.items(), key=lambda item: item[0][1]):
+        lines.append(f"  {sentences}x{length}: {count}, {peer / ours:.2f}")
+    return "\n".join(lines)
 
 
 def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentences=None):

@@ -59,6 +59,35 @@ def compare_steps(first, second, rounds=3):
     return fastest[0][0], fastest[1][0]
 
 
+def compare_steps_per_batch(first, second, batches, rounds=3):
+    """Best-of-`rounds` seconds of two steps on each batch of `batches`, alternating per batch.
+
+    Finer than `compare_steps`: the two steps take turns on every batch (which goes first
+    alternates between rounds), each step waited for before the next starts, so load that
+    comes and goes on the machine lands on both sides of every comparison rather than on
+    one side's whole pass.
+
+    Args:
+        first, second: steps `(inputs, labels) -> tensor`.
+        batches: a list of `(inputs, labels)`.
+        rounds: passes over the batches.
+
+    Returns:
+        `(first_seconds, second_seconds)`: lists with each batch's fastest time.
+    """
+    warm_up(first, batches)
+    warm_up(second, batches)
+    best = [[float("inf")] * len(batches), [float("inf")] * len(batches)]
+    for round_ in range(rounds):
+        order = ((0, first), (1, second)) if round_ % 2 == 0 else ((1, second), (0, first))
+        for index, (inputs, labels) in enumerate(batches):
+            for side, step in order:
+                start = time.perf_counter()
+                float(step(inputs, labels))
+                best[side][index] = min(best[side][index], time.perf_counter() - start)
+    return best[0], best[1]
+
+
 def fastest_of_alternating(workloads, rounds=3):
     """Time several workloads in turn, `rounds` times; each keeps its fastest round.
 

@@ -58,6 +58,7 @@ from absl import app, flags
 
 from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
+from keras_transformer.benchmark.peaks import cpu_flags
 from keras_transformer.benchmark.profile import profile_run, training_profile
 from keras_transformer.benchmark.report import format_table, plot_ratios
 from keras_transformer.benchmark.peers import keras_hub_transformer
@@ -179,7 +180,8 @@ def main(argv):
         if FLAGS.scaling_plot:
             plot_scaling(points, FLAGS.scaling_window, FLAGS.scaling_plot)
             print(f"plot: {FLAGS.scaling_plot}")
-    print(f"machine: {tf.config.list_physical_devices()} ; precision {FLAGS.precision} ; jit_compile {FLAGS.jit_compile}")
+    print(f"machine: {tf.config.list_physical_devices()} ; CPU flags: {cpu_flags()} ; precision {FLAGS.precision} ; "
+          f"jit_compile {FLAGS.jit_compile}")
 
 
 if __name__ == "__main__":

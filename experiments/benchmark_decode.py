@@ -18,6 +18,7 @@ from keras_transformer import cli
 from keras_transformer.runs import load_run
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
+from keras_transformer.benchmark.peaks import cpu_flags
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
 cli.define_corpus_flags(split="test")
@@ -55,6 +56,7 @@ def main(argv):
         f"max output = source length + {options.max_output_offset}, XLA {'on' if FLAGS.jit_compile else 'off'}"
     )
     print(format_speed_table(results))
+    print(f"CPU flags: {cpu_flags()}")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ def test_cpu_peak_formula_on_known_inputs():
     assert peak.flops_per_second == 1 * 1 * 16 * 2 * 3.0e9
     avx2_only = _cpuinfo(1).replace(" avx512f avx512_bf16", "")
     assert cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).flops_per_second == 1 * 2 * 8 * 2 * 2e9
+    assert "CPU flags: sse2" not in peak.describe() and "CPU flags: avx avx2 fma avx512f avx512_bf16" in peak.describe()
+    assert "CPU flags: avx avx2 fma\n" in cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).describe() + "\n"
 
 
 def test_cpu_peak_of_this_machine_names_its_inputs():

@@ -58,6 +58,7 @@ def test_benchmark_decode_smoke(trained_run):
         assert f"{name}: cached/recompute speedup" in stdout
         assert [name, "cached"] in rows and [name, "recompute"] in rows
     assert "4 sentences of builtin/test, batch 2" in stdout and "tokens/s" in stdout
+    assert "CPU flags: " in stdout
 
 
 def test_score_checkpoints_writes_bleu_at_checkpoint_times(trained_run, tmp_path):

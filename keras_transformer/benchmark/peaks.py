@@ -81,6 +81,29 @@ def simd_lanes(flags, compute_dtype):
     return lanes, bits, ""
 
 
+ARITHMETIC_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+"""The `/proc/cpuinfo` flags that decide how fast matrix arithmetic can run, in this order."""
+
+
+def cpu_flags(cpuinfo=None):
+    """The `ARITHMETIC_FLAGS` this machine's CPU has (or the given `/proc/cpuinfo` text's), as one string.
+
+    Printed with every measured result: the CPU model changes between machines of one kind.
+
+    >>> cpu_flags("processor : 0\\nflags : fpu avx2 sse4_2 fma avx\\n")
+    'sse4_2 avx avx2 fma'
+    """
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        if not path.exists():
+            return "unknown (no /proc/cpuinfo)"
+        cpuinfo = path.read_text()
+    processors = parse_cpuinfo(cpuinfo)
+    flags = set(processors[0].get("flags", "").split()) if processors else set()
+    return " ".join(flag for flag in ARITHMETIC_FLAGS if flag in flags) or "none"
+
+
 def _vector_flag(flags):
     return next((flag for flag in ("avx512f", "avx2", "avx", "sse2") if flag in flags), "none")
 
@@ -134,6 +157,7 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
         f"cores: {cores} (distinct physical cores of the {len(processors)} logical CPUs this process may use)",
         f"SIMD: {bits}-bit vectors ({_vector_flag(flags)} in /proc/cpuinfo flags)" + (f", {note}" if note else ""),
         f"FMA units per core: {fma_units} (assumed; not exposed by the machine)",
+        f"CPU flags: {cpu_flags(cpuinfo)}",
     ]
     cpu = processors[0].get("processor", "0")
     if max_frequency_khz is None:

@@ -15,7 +15,7 @@ under the same dtype policy (--precision) and with our dropout placement
   c1. model FLOP utilization (MFU) on real tokens: training FLOP/s over the hardware's
       peak for the compute dtype (CPU: cores x FMA units x SIMD lanes x 2 x clock, read
       from the machine and printed with its inputs; GPU: the published dense peak);
-  c2. the same FLOP/s as a fraction of the float32 matmul rate measured in this run;
+  c2. the same FLOP/s as a fraction of the matmul rate of the compute dtype measured in this run;
   d. with --model_dir (a run trained on Multi30k; search settings from its config, paper:
      beam 4, alpha 0.6, offset 50): cached beam search versus recomputing the
      prefix every step, on the same test sentences, in graph mode and compiled with XLA

@@ -36,7 +36,7 @@ def training_flops(config, source_lengths, target_lengths):
 
 
 def matmul_flops_per_second(size=2048, repeats=10, dtype=tf.float32):
-    """Measured float32 matmul throughput of this machine (FLOP/s) for `size`-square matrices."""
+    """Measured matmul throughput of this machine (FLOP/s) for `size`-square matrices of `dtype`."""
     a = tf.random.normal([size, size], dtype=dtype)
     b = tf.random.normal([size, size], dtype=dtype)
 

@@ -105,8 +105,8 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     log(f"peak: {peak.describe()}")
     measured(Row(f"c1. MFU: training FLOP/s / {peak.dtype} peak", achieved / 1e9, peak.flops_per_second / 1e9,
                  achieved / peak.flops_per_second, None))
-    matmul = matmul_flops_per_second()
-    measured(Row("c2. training FLOP/s / measured float32 matmul FLOP/s", achieved / 1e9, matmul / 1e9,
+    matmul = matmul_flops_per_second(dtype=peak.dtype if peak.dtype != "tf32" else "float32")
+    measured(Row(f"c2. training FLOP/s / measured {peak.dtype} matmul FLOP/s", achieved / 1e9, matmul / 1e9,
                  achieved / matmul, 0.60))
     return rows
 

@@ -244,18 +244,22 @@ FIT_MODEL = dict(
     attention_dropout=0.0,
     activation_dropout=0.0,
 )
-# The losses fit reports at each step (and evaluate's after the last) against TensorFlow's.
-# Each backend sums in its own order (and JAX compiles the step with XLA): the losses, about
-# 5, differ by float32 rounding (an ulp there is 4.8e-7), which goes into the gradients, and
-# Adam, which divides each gradient by its own running scale, carries it into every later
-# update. Measured over the FIT_STEPS updates: at most 1.4e-6 (JAX) and 4.8e-7 (PyTorch), not
-# growing from the first step to the last; the bound is a few times that, and far below what
-# a wrong loss changes (see docs/backends.md).
-FIT_LOSS_ATOL = 1e-5
-# JAX's fit on JAX_DEVICES devices (DataParallel) against its fit on one, on the same global
-# batches: the sums only split between the devices. Measured: at most 1.4e-6.
-DATA_PARALLEL_ATOL = 1e-5
-FIT_OUTPUTS = ("fit/losses", "fit/evaluate")
+# fit's losses against TensorFlow's, and JAX's fit on JAX_DEVICES devices (DataParallel)
+# against its fit on one. The first step reports the loss of the initial weights (no update
+# yet): they differ by float32 rounding only (the loss is about 5.7, where an ulp is 4.8e-7;
+# measured: 1.4e-6 at most). After it each run's rounding, in its own order of sums, goes
+# into the gradients, and Adam carries it into every later update; where a gradient
+# component is itself at the level of rounding, Adam's division by the component's running
+# scale turns that noise into a step of a good part of the learning rate. Measured over 24
+# settings (learning rates 1e-3 to 1e-2, label smoothing 0.05 to 0.2, three or four initial
+# weights each): every step within 2.4e-6 of TensorFlow on JAX and PyTorch; DataParallel
+# within 1.9e-6 of one device, except once by 1.1e-4 from the 11th step on (a decoder
+# feed-forward layer's weights had parted by 1.4e-4 after 10 steps). The bounds are 7 and 9
+# times the largest seen, and far below what a wrong loss changes: no label smoothing changes
+# the losses by 0.16, padding counted in the mean by 3.4, each replica's own mean by 0.03.
+FIT_FIRST_LOSS_ATOL = 1e-5
+FIT_LOSS_ATOL = 1e-3
+FIT_OUTPUTS = ("fit/first_loss", "fit/losses", "fit/evaluate")
 
 OUTPUT_NAMES = (
     *CASES,
@@ -268,7 +272,9 @@ OUTPUT_NAMES = (
 # Each output's bound against TensorFlow: MAX_ABS_DIFF unless named here.
 OUTPUT_ATOL = {
     **{f"loss/{case}/{kind}": LOSS_ATOL for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")},
-    **{name: FIT_LOSS_ATOL for name in FIT_OUTPUTS},
+    "fit/first_loss": FIT_FIRST_LOSS_ATOL,
+    "fit/losses": FIT_LOSS_ATOL,
+    "fit/evaluate": FIT_LOSS_ATOL,
 }
 
 
@@ -304,7 +310,7 @@ CHECK_NAMES = (
     *(f"tensorflow_only/{feature}" for feature in ("search", "trainer", "strategy")),
     "jax_only/data_parallel",
     *(f"loss/{case}/{kind}_formula" for case in LOSS_CASES for kind in ("value", "gradient")),
-    "fit/first_loss",
+    "fit/first_loss_of_the_initial_weights",
 )
 # Checks of one backend only.
 BACKEND_CHECK_NAMES = {"jax": ("fit/data_parallel_devices", "fit/data_parallel_equals_one_device")}
@@ -727,6 +733,7 @@ def check_fit(recorder, out_dir):
 
     data = _fit_data(recorder, out_dir)
     model, losses, evaluated, first = _fitted(data)
+    recorder.output("fit/first_loss", losses[0])
     recorder.output("fit/losses", losses)
     recorder.output("fit/evaluate", evaluated)
     # The first step reports the loss of the initial weights on the first batch.
@@ -734,7 +741,7 @@ def check_fit(recorder, out_dir):
     initial(first[0])
     initial.set_weights([data[f"weight_{index}"] for index in range(len(initial.weights))])
     direct = LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)(first[1], initial(first[0]))
-    recorder.same("fit/first_loss", losses[0], direct, atol=FIT_LOSS_ATOL)
+    recorder.same("fit/first_loss_of_the_initial_weights", losses[0], direct, atol=FIT_FIRST_LOSS_ATOL)
     recorder.run("fit_data_parallel", check_data_parallel, data, losses, evaluated)
 
 
@@ -766,11 +773,13 @@ def check_data_parallel(recorder, data, losses, evaluated):
         f"{len(devices)} devices; the variables on {sorted(variable_devices)} devices; batches split along "
         f"{layout.axes} of a mesh {tuple(layout.device_mesh.shape)}",
     )
-    recorder.same(
+    first = max_diff(parallel_losses[0], losses[0])
+    every = max_diff(np.append(parallel_losses, parallel_evaluated), np.append(losses, evaluated))
+    recorder.check(
         "fit/data_parallel_equals_one_device",
-        np.append(parallel_losses, parallel_evaluated),
-        np.append(losses, evaluated),
-        atol=DATA_PARALLEL_ATOL,
+        first <= FIT_FIRST_LOSS_ATOL and every <= FIT_LOSS_ATOL,
+        f"first loss max |diff| {first:.3g} (bound {FIT_FIRST_LOSS_ATOL:g}), every step and evaluate "
+        f"{every:.3g} (bound {FIT_LOSS_ATOL:g})",
     )
 
 

@@ -1,4 +1,4 @@
-"""Runs every public layer and two tiny Transformers under one Keras backend and records what they compute.
+"""Runs every public layer, two tiny Transformers, the loss and `model.fit` under one Keras backend; records the results.
 
 Run by tests/test_backends.py: in the test process for TensorFlow (the reference), and
 in ONE fresh process per other backend, the backend chosen by `KERAS_BACKEND`:
@@ -11,20 +11,30 @@ with and write them to `OUT_DIR/weights/<case>.npz`, and each model is saved as
 With it, every layer takes the reference's weights (`set_weights`) and each model is
 loaded from the reference's `.keras` file (and, rebuilt from its config, from its
 `.weights.h5` and its `get_weights()` list), so that every output can be compared with
-TensorFlow's on the same weights.
+TensorFlow's on the same weights. Likewise the reference trains a SentencePiece tokenizer
+on the built-in task, batches its first pairs with `data.make_dataset`, builds the model
+that `check_fit` trains, and writes the batches and the initial weights to
+`OUT_DIR/fit_data.npz` (the tokenizer to `OUT_DIR/fit_spm.model`); every backend fits on
+those. Under `KERAS_BACKEND=jax` the harness makes JAX's CPU two devices (`XLA_FLAGS`, set
+before Keras imports JAX) for `keras.distribution.DataParallel`.
 
 It writes:
 
 * `OUT_DIR/outputs.npz`: one array per name of `OUTPUT_NAMES`, computed on this backend
-  with dropout off (inference), or with `training=True` and every dropout rate 0.
+  with dropout off (inference), or with `training=True` and every dropout rate 0; the
+  loss's values and gradients (`check_loss`); the losses `model.fit` reports at each step
+  and `evaluate`'s after the last (`check_fit`).
 * `OUT_DIR/checks.json`: `{"backend", "checks", "seconds"}`; `checks` holds `{name: {"ok":
-  bool, "detail": str}}` for each name of `CHECK_NAMES`, properties checked within this
-  backend: `.keras` save and load, the `get_config` (and JSON) round trip, cached
-  decoding equal to a full pass, implicit masks equal to explicit ones, dropout (see
-  `check_dropout`; masks are drawn by each backend's own generator, so they are not
-  compared across backends), that `import keras_transformer` imported no TensorFlow, and
-  that what runs on TensorFlow only fails elsewhere in one line naming the backend
-  (`check_tensorflow_only`); `seconds` the time of each case.
+  bool, "detail": str}}` for each name of `CHECK_NAMES` (and of this backend's
+  `BACKEND_CHECK_NAMES`), properties checked within this backend: `.keras` save and load,
+  the `get_config` (and JSON) round trip, cached decoding equal to a full pass, implicit
+  masks equal to explicit ones, dropout (see `check_dropout`; masks are drawn by each
+  backend's own generator, so they are not compared across backends), that `import
+  keras_transformer` imported no TensorFlow, that what runs on TensorFlow only fails
+  elsewhere in one line naming the backend (`check_tensorflow_only`), the loss and its
+  gradient against the formula in float64 NumPy, fit's first loss against the loss of the
+  initial model, and on JAX fit under `DataParallel` on two devices against fit on one;
+  `seconds` the time of each case.
 
 A case that raises records the error under `error/<case>` instead of stopping the run.
 
@@ -33,6 +43,7 @@ V vocabulary size.
 """
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -41,6 +52,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# JAX's CPU platform as two devices, for `keras.distribution.DataParallel` (`check_fit`). XLA
+# reads the flag when JAX starts, so it is set before Keras imports JAX; every other check
+# runs on the first device, as it would with one.
+JAX_DEVICES = 2
+_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+if os.environ.get("KERAS_BACKEND") == "jax" and "xla_force_host_platform_device_count" not in _XLA_FLAGS:
+    os.environ["XLA_FLAGS"] = f"{_XLA_FLAGS} --xla_force_host_platform_device_count={JAX_DEVICES}".strip()
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
@@ -64,6 +83,7 @@ from keras_transformer.layers.dropout import ReplicaDropout  # noqa: E402
 # (Keras itself imports it later, where installed, to serialize configs.)
 TENSORFLOW_IMPORTED_BY_THE_TOOLKIT = "tensorflow" in sys.modules
 
+from tests.scripts import TINY_MODEL  # noqa: E402
 from tests.layer_test_case import (  # noqa: E402
     LAYER_CASES,
     B,
@@ -195,12 +215,74 @@ FUNCTION_OUTPUTS = (
     "implicit_mask_encoder_predict",
 )
 
+# The loss (`check_loss`): `LabelSmoothedCrossEntropy` on fixed logits `(B, T, V)` and labels
+# with padding, smoothed as in the paper and not at all; its value and gradient.
+LOSS_SHAPE = (3, 5, 11)
+LOSS_LENGTHS = [5, 3, 1]  # real tokens per row
+LOSS_CASES = {"smoothed": 0.1, "unsmoothed": 0.0}
+# A value or gradient against TensorFlow's, and against the float64 formula: token losses
+# of about 2.4 (logits of unit scale, 11 classes) are float32 to 2.4e-7, gradients to 1e-8.
+LOSS_ATOL = 1e-6
+
+# `model.fit` (`check_fit`): a tiny Transformer without dropout trains FIT_STEPS Adam updates
+# on the built-in task (its first FIT_PAIRS training pairs, a SentencePiece tokenizer of
+# FIT_VOCABULARY pieces trained on them), one batch of FIT_SENTENCES sentences padded to
+# FIT_LENGTH per step: the same initial weights and batches (written by the reference) on
+# every backend.
+FIT_PAIRS = 1000
+FIT_VOCABULARY = 128
+FIT_LENGTH = 16
+FIT_SENTENCES = 16  # even: DataParallel splits a batch between JAX_DEVICES devices
+FIT_STEPS = 20
+FIT_LEARNING_RATE = 3e-3
+FIT_LABEL_SMOOTHING = 0.1
+FIT_MODEL = dict(
+    TINY_MODEL,
+    vocabulary_size=FIT_VOCABULARY,
+    max_length=FIT_LENGTH,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+)
+# fit's losses against TensorFlow's, and JAX's fit on JAX_DEVICES devices (DataParallel)
+# against its fit on one. The first step reports the loss of the initial weights (no update
+# yet): they differ by float32 rounding only (the loss is about 5.7, where an ulp is 4.8e-7;
+# measured: 1.4e-6 at most). After it each run's rounding, in its own order of sums, goes
+# into the gradients, and Adam carries it into every later update; where a gradient
+# component is itself at the level of rounding, Adam's division by the component's running
+# scale turns that noise into a step of a good part of the learning rate. Measured over 24
+# settings (learning rates 1e-3 to 1e-2, label smoothing 0.05 to 0.2, three or four initial
+# weights each): every step within 2.4e-6 of TensorFlow on JAX and PyTorch; DataParallel
+# within 1.9e-6 of one device, except once by 1.1e-4 from the 11th step on (a decoder
+# feed-forward layer's weights had parted by 1.4e-4 after 10 steps). The bounds are 7 and 9
+# times the largest seen, and far below what a wrong loss changes: no label smoothing changes
+# the losses by 0.16, padding counted in the mean by 3.4, each replica's own mean by 0.03.
+FIT_FIRST_LOSS_ATOL = 1e-5
+FIT_LOSS_ATOL = 1e-3
+FIT_OUTPUTS = ("fit/first_loss", "fit/losses", "fit/evaluate")
+
 OUTPUT_NAMES = (
     *CASES,
     *FUNCTION_OUTPUTS,
     *(f"{name}/{kind}" for name in CACHED_DECODER_CASES for kind in ("full", "steps", "chunks")),
     *(f"{model}/{kind}" for model in MODELS for kind in MODEL_OUTPUTS),
+    *(f"loss/{case}/{kind}" for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")),
+    *FIT_OUTPUTS,
 )
+# Each output's bound against TensorFlow: MAX_ABS_DIFF unless named here.
+OUTPUT_ATOL = {
+    **{f"loss/{case}/{kind}": LOSS_ATOL for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")},
+    "fit/first_loss": FIT_FIRST_LOSS_ATOL,
+    "fit/losses": FIT_LOSS_ATOL,
+    "fit/evaluate": FIT_LOSS_ATOL,
+}
+
+
+def output_atol(name):
+    """The bound on output `name`'s max |diff| from TensorFlow's."""
+    return OUTPUT_ATOL.get(name, MAX_ABS_DIFF)
+
+
 CHECK_NAMES = (
     *(f"{name}/{check}" for name in CASES for check in ("get_config", "keras_file")),
     "implicit_mask_encoder/explicit",
@@ -225,8 +307,13 @@ CHECK_NAMES = (
     "dropout/advances",
     "dropout/inference",
     "imports/no_tensorflow",
-    *(f"tensorflow_only/{feature}" for feature in ("search", "loss")),
+    *(f"tensorflow_only/{feature}" for feature in ("search", "trainer", "strategy")),
+    "jax_only/data_parallel",
+    *(f"loss/{case}/{kind}_formula" for case in LOSS_CASES for kind in ("value", "gradient")),
+    "fit/first_loss_of_the_initial_weights",
 )
+# Checks of one backend only.
+BACKEND_CHECK_NAMES = {"jax": ("fit/data_parallel_devices", "fit/data_parallel_equals_one_device")}
 
 
 def numpy(tensor):
@@ -495,26 +582,205 @@ def check_dropout(recorder, out_dir):
     recorder.same("dropout/inference", layer(ones, training=False), ones, atol=0.0)
 
 
+def check_only_on(recorder, name, feature, runs_on):
+    """Check `name`: `feature()` runs on the backend `runs_on`, and elsewhere raises a
+    `RuntimeError` in one line naming the backend."""
+    backend = keras.backend.backend()
+    try:
+        feature()
+    except RuntimeError as error:
+        message = str(error)
+        one_line = "\n" not in message and f"not on {backend}" in message
+        recorder.check(name, backend != runs_on and one_line, message)
+    else:
+        recorder.check(name, backend == runs_on, f"ran on {backend}")
+
+
 def check_tensorflow_only(recorder, out_dir):
     """What runs on TensorFlow only: it runs there, and fails elsewhere with one line naming the backend."""
     from keras_transformer.decoding import greedy_search  # imports TensorFlow (and TensorFlow Text)
-    from keras_transformer.training import LabelSmoothedCrossEntropy
+    from keras_transformer.training import Trainer, create_strategy
 
-    backend = keras.backend.backend()
-    model = Transformer(get_preset("tiny", **MODEL_CONFIG))
+    config = get_preset("tiny", **MODEL_CONFIG)
+    model = Transformer(config)
     features = {
         "search": lambda: greedy_search(model, _model_inputs()["source_ids"], max_length=4),
-        "loss": LabelSmoothedCrossEntropy,
+        "trainer": lambda: Trainer(config, out_dir / "trainer"),
+        "strategy": lambda: create_strategy("default"),
     }
     for name, feature in features.items():
-        try:
-            feature()
-        except RuntimeError as error:
-            message = str(error)
-            one_line = "\n" not in message and f"not on {backend}" in message
-            recorder.check(f"tensorflow_only/{name}", backend != "tensorflow" and one_line, message)
-        else:
-            recorder.check(f"tensorflow_only/{name}", backend == "tensorflow", f"ran on {backend}")
+        check_only_on(recorder, f"tensorflow_only/{name}", feature, "tensorflow")
+
+
+def value_and_gradient(function, x):
+    """`function(x)` (a scalar) and its gradient with respect to the float32 array `x`, by this
+    backend's own autodiff."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.value_and_grad(function)(jax.numpy.asarray(x))
+    if backend == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        value = function(x)
+        value.backward()
+        return value.detach(), x.grad
+    import tensorflow as tf
+
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = function(x)
+    return value, tape.gradient(value, x)
+
+
+def expected_loss(labels, logits, label_smoothing):
+    """The label-smoothed per-token mean over real tokens and its gradient, in float64 NumPy."""
+    logits = np.asarray(logits, "float64")
+    vocabulary = logits.shape[-1]
+    target = (1 - label_smoothing) * np.eye(vocabulary)[labels] + label_smoothing / vocabulary  # q
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    real = labels != 0
+    tokens = real.sum()
+    value = -(target * log_probabilities).sum(axis=-1)[real].sum() / tokens
+    gradient = (np.exp(log_probabilities) - target) * real[..., None] / tokens
+    return value, gradient
+
+
+def check_loss(recorder, out_dir):
+    """`LabelSmoothedCrossEntropy` and `token_losses`: values and gradients on this backend."""
+    from keras_transformer.training.loss import LabelSmoothedCrossEntropy, token_losses
+
+    rng = np.random.default_rng(9)
+    batch, length, vocabulary = LOSS_SHAPE
+    logits = random_floats(rng, batch, length, vocabulary)
+    labels = random_ids(rng, LOSS_LENGTHS, length, vocabulary)
+    for case, label_smoothing in LOSS_CASES.items():
+        loss = LabelSmoothedCrossEntropy(label_smoothing)
+        value, gradient = value_and_gradient(lambda z: loss(labels, z), logits)
+        recorder.output(f"loss/{case}/value", value)
+        recorder.output(f"loss/{case}/gradient", gradient)
+        recorder.output(f"loss/{case}/token_losses", token_losses(labels, logits, label_smoothing)[0])
+        expected_value, expected_gradient = expected_loss(labels, logits, label_smoothing)
+        recorder.same(f"loss/{case}/value_formula", value, expected_value, atol=LOSS_ATOL)
+        recorder.same(f"loss/{case}/gradient_formula", gradient, expected_gradient, atol=LOSS_ATOL)
+
+
+def _fit_data(recorder, out_dir):
+    """The reference's tokenizer, initial weights and `(source, target, labels)` batches (each
+    `(FIT_STEPS, FIT_SENTENCES, FIT_LENGTH)`), made here in the reference run."""
+    path = out_dir / "fit_data.npz"
+    if recorder.reference_dir is not None:
+        with np.load(recorder.reference_dir / path.name) as stored:
+            return dict(stored)
+    from keras_transformer.data import Tokenizer, builtin_task, make_dataset, train_sentencepiece
+
+    pairs = builtin_task("train")[:FIT_PAIRS]
+    spm = train_sentencepiece([text for pair in pairs for text in pair], out_dir / "fit_spm.model", FIT_VOCABULARY)
+    dataset = make_dataset(
+        pairs,
+        Tokenizer(spm),
+        batch_tokens=FIT_SENTENCES * FIT_LENGTH,
+        max_length=FIT_LENGTH,
+        bucket_boundaries=[FIT_LENGTH],
+        shuffle=False,
+        drop_remainder=True,
+    )
+    batches = list(dataset.take(FIT_STEPS).as_numpy_iterator())
+    data = {
+        key: np.stack([inputs[key] for inputs, _ in batches]) for key in ("source_ids", "target_ids")
+    }
+    data["labels"] = np.stack([labels for _, labels in batches])
+    keras.utils.set_random_seed(13)
+    model = Transformer(get_preset("tiny", **FIT_MODEL))
+    model({key: data[key][0] for key in ("source_ids", "target_ids")})
+    for index, weight in enumerate(model.get_weights()):
+        data[f"weight_{index}"] = weight
+    np.savez(path, **data)
+    return data
+
+
+def _fitted(data):
+    """A model on the initial weights of `data`, fit on its batches: `(model, per-step losses,
+    evaluate's loss on the first batch after the last update, the first batch)`."""
+    import tensorflow as tf
+
+    from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+
+    inputs = {key: data[key] for key in ("source_ids", "target_ids")}
+    first = ({key: value[0] for key, value in inputs.items()}, data["labels"][0])
+    model = Transformer(get_preset("tiny", **FIT_MODEL))
+    model(first[0])
+    model.set_weights([data[f"weight_{index}"] for index in range(len(model.weights))])
+    model.compile(
+        optimizer=keras.optimizers.Adam(FIT_LEARNING_RATE), loss=LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)
+    )
+    # One element per batch; one step per epoch, so that each epoch's loss is one step's
+    # (Keras keeps the iterator from epoch to epoch when `steps_per_epoch` is given).
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, data["labels"]))
+    history = model.fit(dataset, epochs=FIT_STEPS, steps_per_epoch=1, shuffle=False, verbose=0)
+    evaluated = model.evaluate(dataset.take(1), verbose=0)
+    return model, np.asarray(history.history["loss"], "float32"), np.float32(evaluated), first
+
+
+def check_fit(recorder, out_dir):
+    """`model.fit` with `LabelSmoothedCrossEntropy` on the built-in task's batches; on JAX also
+    under `keras.distribution.DataParallel` on JAX_DEVICES devices."""
+    from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+
+    data = _fit_data(recorder, out_dir)
+    model, losses, evaluated, first = _fitted(data)
+    recorder.output("fit/first_loss", losses[0])
+    recorder.output("fit/losses", losses)
+    recorder.output("fit/evaluate", evaluated)
+    # The first step reports the loss of the initial weights on the first batch.
+    initial = Transformer(get_preset("tiny", **FIT_MODEL))
+    initial(first[0])
+    initial.set_weights([data[f"weight_{index}"] for index in range(len(initial.weights))])
+    direct = LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)(first[1], initial(first[0]))
+    recorder.same("fit/first_loss_of_the_initial_weights", losses[0], direct, atol=FIT_FIRST_LOSS_ATOL)
+    recorder.run("fit_data_parallel", check_data_parallel, data, losses, evaluated)
+
+
+def check_data_parallel(recorder, data, losses, evaluated):
+    """On JAX, the same fit under `keras.distribution.DataParallel` on JAX_DEVICES CPU devices
+    equals the fit on one. Elsewhere `fit` under a `DataParallel` fails in one line."""
+    if keras.backend.backend() != "jax":
+
+        def fit_under_data_parallel():
+            model = Transformer(get_preset("tiny", **FIT_MODEL))
+            model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+            inputs = {key: data[key][0] for key in ("source_ids", "target_ids")}
+            with keras.distribution.DataParallel(devices=["cpu:0"]).scope():
+                model.fit(inputs, data["labels"][0], verbose=0)
+
+        check_only_on(recorder, "jax_only/data_parallel", fit_under_data_parallel, "jax")
+        return
+    devices = keras.distribution.list_devices("cpu")
+    distribution = keras.distribution.DataParallel(devices=devices)
+    with distribution.scope():
+        model, parallel_losses, parallel_evaluated, first = _fitted(data)
+        layout = distribution.get_data_layout(first[1].shape)
+    recorder.check("jax_only/data_parallel", True, "ran on jax (fit/data_parallel_*)")
+    variable_devices = {len(variable.value.sharding.device_set) for variable in model.trainable_variables}
+    recorder.check(
+        "fit/data_parallel_devices",
+        len(devices) == JAX_DEVICES and variable_devices == {JAX_DEVICES}
+        and tuple(layout.device_mesh.shape) == (JAX_DEVICES,) and layout.axes[0] == "batch",
+        f"{len(devices)} devices; the variables on {sorted(variable_devices)} devices; batches split along "
+        f"{layout.axes} of a mesh {tuple(layout.device_mesh.shape)}",
+    )
+    first = max_diff(parallel_losses[0], losses[0])
+    every = max_diff(np.append(parallel_losses, parallel_evaluated), np.append(losses, evaluated))
+    recorder.check(
+        "fit/data_parallel_equals_one_device",
+        first <= FIT_FIRST_LOSS_ATOL and every <= FIT_LOSS_ATOL,
+        f"first loss max |diff| {first:.3g} (bound {FIT_FIRST_LOSS_ATOL:g}), every step and evaluate "
+        f"{every:.3g} (bound {FIT_LOSS_ATOL:g})",
+    )
 
 
 def run(out_dir, reference_dir=None):
@@ -531,14 +797,16 @@ def run(out_dir, reference_dir=None):
     for name in MODELS:
         recorder.run(name, check_model, out_dir, name)
     recorder.run("dropout", check_dropout, out_dir)
-    np.savez(out_dir / "outputs.npz", **recorder.outputs)
     imported = TENSORFLOW_IMPORTED_BY_THE_TOOLKIT
     recorder.check(
         "imports/no_tensorflow",
         keras.backend.backend() == "tensorflow" or not imported,
         f"TensorFlow {'imported' if imported else 'not imported'} by `import keras_transformer`",
     )
-    recorder.run("tensorflow_only", check_tensorflow_only, out_dir)  # last: it imports TensorFlow
+    recorder.run("tensorflow_only", check_tensorflow_only, out_dir)  # it imports TensorFlow
+    recorder.run("loss", check_loss, out_dir)  # the training package imports TensorFlow
+    recorder.run("fit", check_fit, out_dir)  # tf.data
+    np.savez(out_dir / "outputs.npz", **recorder.outputs)
     (out_dir / "checks.json").write_text(
         json.dumps({"backend": keras.backend.backend(), "checks": recorder.checks, "seconds": recorder.seconds})
     )

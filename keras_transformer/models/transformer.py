@@ -7,6 +7,7 @@ V vocabulary size.
 import keras
 from keras import ops
 
+from keras_transformer.backends import require_backend
 from keras_transformer.layers.decoder import DecoderBlock
 from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.embedding import SharedEmbedding
@@ -138,21 +139,28 @@ class Transformer(keras.Model):
 
     # --- fit and evaluate ---
 
-    def train_step(self, data):
+    def train_step(self, *args):
         """Keras' step, with one finite-or-skip decision for all replicas and a token-weighted loss
-        (TensorFlow; see `training.fit`). Other backends take Keras' own step."""
+        (TensorFlow; see `training.fit`). Other backends take Keras' own step, with its own
+        arguments (JAX's is `(state, data)`, PyTorch's `(data)`).
+
+        Under a `keras.distribution` (JAX only: Keras' TensorFlow one is a prototype, and
+        PyTorch has none and would train on one device) it raises a one-line `RuntimeError`
+        elsewhere."""
+        _check_distribution()
         if keras.backend.backend() != "tensorflow":
-            return super().train_step(data)
+            return super().train_step(*args)
         from keras_transformer.training import fit  # training imports models: not at module level
 
-        return fit.train_step(self, data)
+        return fit.train_step(self, *args)
 
-    def test_step(self, data):
+    def test_step(self, *args):
+        _check_distribution()
         if keras.backend.backend() != "tensorflow":
-            return super().test_step(data)
+            return super().test_step(*args)
         from keras_transformer.training import fit
 
-        return fit.test_step(self, data)
+        return fit.test_step(self, *args)
 
     # --- the views used by decoding and export ---
 
@@ -303,3 +311,14 @@ class Transformer(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _check_distribution():
+    """A one-line error, off JAX, when a `keras.distribution` is set (see `Transformer.train_step`)."""
+    if keras.distribution.distribution() is not None:
+        on_tensorflow = keras.backend.backend() == "tensorflow"
+        require_backend(
+            "Training under keras.distribution (Transformer.fit, evaluate)",
+            "jax",
+            hint="use a tf.distribute strategy, docs/distributed.md" if on_tensorflow else None,
+        )

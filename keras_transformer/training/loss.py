@@ -1,13 +1,14 @@
 """Label-smoothed cross-entropy over non-padding tokens (paper section 5.4).
 
+Written in `keras.ops`: it runs on TensorFlow, JAX and PyTorch. Only the cross-replica
+token count of a `tf.distribute` step is TensorFlow's (`global_token_count`); TensorFlow is
+imported there, on its backend only.
+
 Shape letters: B batch, T target length, V vocabulary size.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
-
-from keras_transformer.backends import require_tensorflow
 
 
 def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
@@ -48,7 +49,11 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
             losses = losses - label_smoothing * ops.mean(logits, axis=-1)
 
         def gradient(*args, upstream=None):
-            upstream = (args[0] if args else upstream)[..., None]  # (B, T, 1)
+            # TensorFlow and JAX pass the upstream gradient as the one argument; PyTorch
+            # passes the function's inputs (the logits) as arguments and it as `upstream`.
+            if upstream is None:
+                upstream = args[0]
+            upstream = upstream[..., None]  # (B, T, 1)
             vocabulary = ops.shape(logits)[-1]
             target = ops.one_hot(labels, vocabulary, dtype="float32") * (1.0 - label_smoothing)
             if label_smoothing:
@@ -74,9 +79,16 @@ def global_token_count(num_tokens):
     """`num_tokens` summed over every replica of the current `tf.distribute` replica context.
 
     Under the default strategy, or outside a replica context, it is `num_tokens` itself.
-    No gradient flows through the count.
+    On JAX and PyTorch it is `num_tokens` too: there a step sees the whole global batch (a
+    `keras.distribution.DataParallel` step on JAX computes on global arrays sharded across
+    the devices, so a sum over the batch already runs over every replica's tokens). No
+    gradient flows through the count.
     """
-    num_tokens = tf.stop_gradient(ops.cast(num_tokens, "float32"))
+    num_tokens = ops.stop_gradient(ops.cast(num_tokens, "float32"))
+    if keras.backend.backend() != "tensorflow":
+        return num_tokens
+    import tensorflow as tf
+
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return num_tokens
@@ -96,12 +108,16 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     its own sum divided by that global count (all-reduced across replicas and workers);
     Keras sums the replicas' gradients, so the update equals the one a single device
     makes on the same global batch, whatever the number of replicas and however the
-    tokens are split between them. `Transformer`'s fit and evaluate steps (which look for
-    `token_weighted`) report the loss as the global token-loss sum over the global real
-    tokens, for any split of a batch across replicas, and weight an epoch's batches by
-    their tokens (`training.fit`). The reduction is therefore always `"sum"`: a mean-type
-    reduction would divide by the number of positions, padding included, and by the
-    number of replicas.
+    tokens are split between them. On JAX and PyTorch a step computes on the whole global
+    batch (under `keras.distribution.DataParallel` on JAX, on arrays sharded across the
+    devices), so the sum and the count run over it already. On TensorFlow,
+    `Transformer`'s fit and evaluate steps (which look for `token_weighted`) report the
+    loss as the global token-loss sum over the global real tokens, for any split of a
+    batch across replicas, and weight an epoch's batches by their tokens (`training.fit`);
+    on JAX and PyTorch Keras' own steps report each batch's value, and weight an epoch's
+    batches by their sentences. The reduction is always `"sum"`: a mean-type reduction
+    would divide by the number of positions, padding included, and by the number of
+    replicas.
 
     Args:
         label_smoothing: eps (0.1 in the paper).
@@ -118,7 +134,6 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     token_weighted = True  # `Transformer`'s fit and evaluate steps report it weighted by real tokens
 
     def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
-        require_tensorflow("LabelSmoothedCrossEntropy")
         reduction = kwargs.pop("reduction", "sum")
         if reduction != "sum":
             raise ValueError(

@@ -1,6 +1,9 @@
 """Create a `tf.distribute` strategy by name."""
 
+import keras
 import tensorflow as tf
+
+from keras_transformer.backends import require_tensorflow
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
@@ -18,7 +21,13 @@ def create_strategy(name="default", devices=None, tpu=None):
 
     Raises:
         ValueError: unknown name.
+        RuntimeError: off TensorFlow (one line; on JAX, `keras.distribution.DataParallel`
+            distributes `Transformer.fit`).
     """
+    require_tensorflow(
+        "tf.distribute strategies (training.create_strategy)",
+        hint="use keras.distribution.DataParallel" if keras.backend.backend() == "jax" else None,
+    )
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":

@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_transformer.layers import attention_cache
 from keras_transformer.layers import masks as masks_lib
+from keras_transformer.layers import quantization
 from keras_transformer.layers.checks import check_positive_int, check_rate
 from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.scaled_dot_product import attention_weights
@@ -53,6 +54,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     In cached mode the call always returns `(outputs, cache)`.
 
+    **Int8.** `layer.quantize("int8")` (Keras' API; see `quantization`) stores each
+    projection kernel as int8 with a float32 scale per output channel (`(H, Dk)` for the
+    query, key and value kernels, `(output_dim,)` for the output kernel) under the same
+    names, plus `{name}_scale`; the projections, also those of `compute_cache`, then
+    multiply int8 by int8. `keras.Model.quantize` quantizes only layers without
+    sub-layers, and this one holds its attention dropout as one: `Transformer.quantize`
+    quantizes it too; in a model of your own, call `quantize("int8")` on each attention
+    layer as well.
+
     Args:
         num_heads: number of heads H.
         key_dim: per-head query/key width Dk. Defaults to D / H.
@@ -69,6 +79,8 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: whether the projections have biases.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the biases.
+        quantization_config: the `keras.quantizers.QuantizationConfig` of an int8 layer
+            (set by `quantize`; None: Keras' defaults).
 
     Call arguments:
         query: `(B, Q, D)`.
@@ -114,6 +126,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         attention_window=None,
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -133,6 +146,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.quantization_config = quantization_config
         self.supports_masking = True
         self._dropout_layer = ReplicaDropout(dropout, dtype=self.dtype_policy, name="attention_dropout")
 
@@ -152,10 +166,17 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim = self.output_dim or hidden_dim
         self._key_dim, self._value_dim, self._output_dim = key_dim, value_dim, output_dim
         heads = self.num_heads
-        self.query_kernel = self._kernel("query_kernel", (hidden_dim, heads, key_dim))
-        self.key_kernel = self._kernel("key_kernel", (key_width, heads, key_dim))
-        self.value_kernel = self._kernel("value_kernel", (value_width, heads, value_dim))
-        self.output_kernel = self._kernel("output_kernel", (heads, value_dim, output_dim))
+        kernel_shapes = {
+            "query_kernel": (hidden_dim, heads, key_dim),
+            "key_kernel": (key_width, heads, key_dim),
+            "value_kernel": (value_width, heads, value_dim),
+            "output_kernel": (heads, value_dim, output_dim),
+        }
+        if self.quantization_mode:  # e.g. rebuilt from the config of a quantized layer
+            self.quantized_build(kernel_shapes, mode=self.quantization_mode, config=self.quantization_config)
+        else:
+            for name, shape in kernel_shapes.items():
+                setattr(self, name, self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer))
         if self.use_bias:
             self.query_bias = self._bias("query_bias", (heads, key_dim))
             self.key_bias = self._bias("key_bias", (heads, key_dim))
@@ -164,18 +185,29 @@ class MultiHeadAttention(keras.layers.Layer):
         self._dropout_layer.build(None)
         self.built = True
 
-    def _kernel(self, name, shape):
-        return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
-
     def _bias(self, name, shape):
         return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
 
-    def _project(self, inputs, kernel, bias):
+    def _project(self, inputs, name):
+        """`inputs (B, T, D)` through the `name` ("query", "key", "value") projection: `(B, H, T, Dk)`."""
         # Cast explicitly: `compute_cache` runs outside `__call__`, where Keras does not
         # autocast variables under mixed precision.
         dtype = self.compute_dtype
-        projected = ops.einsum("btd,dhk->bhtk", ops.cast(inputs, dtype), ops.cast(kernel, dtype))  # (B, H, T, Dk)
+        inputs = ops.cast(inputs, dtype)
+        kernel = getattr(self, f"{name}_kernel")
+        if self.quantization_mode == "int8":
+            width, heads, depth = kernel.shape
+            scale = ops.reshape(getattr(self, f"{name}_kernel_scale"), (heads * depth,))
+            projected = quantization.quantized_matmul(
+                inputs, ops.reshape(kernel, (width, heads * depth)), scale, self.inputs_quantizer, dtype
+            )  # (B, T, H * Dk)
+            shape = ops.shape(inputs)
+            projected = ops.reshape(projected, (shape[0], shape[1], heads, depth))  # (B, T, H, Dk)
+            projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, H, T, Dk)
+        else:
+            projected = ops.einsum("btd,dhk->bhtk", inputs, ops.cast(kernel, dtype))  # (B, H, T, Dk)
         if self.use_bias:
+            bias = getattr(self, f"{name}_bias")
             projected = projected + ops.expand_dims(ops.cast(bias, dtype), axis=1)  # bias (H, 1, Dk)
         return projected
 
@@ -191,10 +223,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         if key_sequence is None:
             key_sequence = key_value_sequence
-        return {
-            "key": self._project(key_sequence, self.key_kernel, getattr(self, "key_bias", None)),
-            "value": self._project(key_value_sequence, self.value_kernel, getattr(self, "value_bias", None)),
-        }
+        return {"key": self._project(key_sequence, "key"), "value": self._project(key_value_sequence, "value")}
 
     def init_cache(self, batch_size, max_length):
         """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`.
@@ -235,7 +264,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "returns (outputs, cache). Received: return_attention_scores=True with a cache."
             )
         query_length = ops.shape(query)[1]
-        queries = self._project(query, self.query_kernel, getattr(self, "query_bias", None))  # (B, H, Q, Dk)
+        queries = self._project(query, "query")  # (B, H, Q, Dk)
         causal_offset = 0
         grouped_rows = None
         ring = False
@@ -244,8 +273,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
             key = value if key is None else key
             key_mask = value_mask if key_mask is None else key_mask
-            keys = self._project(key, self.key_kernel, getattr(self, "key_bias", None))  # (B, H, K, Dk)
-            values = self._project(value, self.value_kernel, getattr(self, "value_bias", None))  # (B, H, K, Dv)
+            keys = self._project(key, "key")  # (B, H, K, Dk)
+            values = self._project(value, "value")  # (B, H, K, Dv)
         elif cache_index is None:  # static memory: encoder-decoder attention
             keys, values = cache["key"], cache["value"]
             rows, memory_rows = ops.shape(queries)[0], ops.shape(keys)[0]
@@ -259,10 +288,8 @@ class MultiHeadAttention(keras.layers.Layer):
             key = query if key is None else key
             value = query if value is None else value
             key_buffer, value_buffer = attention_cache.buffers(cache)
-            new_keys = ops.cast(self._project(key, self.key_kernel, getattr(self, "key_bias", None)), key_buffer.dtype)
-            new_values = ops.cast(
-                self._project(value, self.value_kernel, getattr(self, "value_bias", None)), value_buffer.dtype
-            )
+            new_keys = ops.cast(self._project(key, "key"), key_buffer.dtype)
+            new_values = ops.cast(self._project(value, "value"), value_buffer.dtype)
             key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
             if self.attention_window:  # a ring of r slots; the mask holds the band and the causality
                 keys, values, cache, attention_mask = attention_cache.ring_step(
@@ -320,7 +347,18 @@ class MultiHeadAttention(keras.layers.Layer):
         return outputs
 
     def _output(self, heads):
-        outputs = ops.einsum("bhqv,hvd->bqd", heads, self.output_kernel)  # (B, Q, D)
+        if self.quantization_mode == "int8":
+            heads_count, depth, width = self.output_kernel.shape
+            shape = ops.shape(heads)
+            concatenated = ops.reshape(
+                ops.transpose(heads, (0, 2, 1, 3)), (shape[0], shape[2], heads_count * depth)
+            )  # (B, Q, H * Dv)
+            kernel = ops.reshape(self.output_kernel, (heads_count * depth, width))
+            outputs = quantization.quantized_matmul(
+                concatenated, kernel, self.output_kernel_scale, self.inputs_quantizer, self.compute_dtype
+            )  # (B, Q, D)
+        else:
+            outputs = ops.einsum("bhqv,hvd->bqd", heads, self.output_kernel)  # (B, Q, D)
         if self.use_bias:
             outputs = outputs + self.output_bias
         return outputs
@@ -338,9 +376,16 @@ class MultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        return super().from_config(config)
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
@@ -359,3 +404,72 @@ class MultiHeadAttention(keras.layers.Layer):
             return outputs, keras.KerasTensor(scores_shape, dtype="float32")
         return outputs
 
+
+    # --- int8: Keras' quantization hooks (see `quantization`) ---
+
+    # Kernel -> the axes its projection contracts: the scale has one entry per other index.
+    KERNEL_REDUCED_AXES = {
+        "query_kernel": (0,),
+        "key_kernel": (0,),
+        "value_kernel": (0,),
+        "output_kernel": (0, 1),
+    }
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        if type_check and type(self) is not MultiHeadAttention:
+            raise self._not_implemented_error(self.quantize)
+        if mode not in quantization.MODES:
+            raise self._quantization_mode_error(mode)
+        self.quantization_config = config
+        quantized = {
+            name: quantization.quantize_kernel(getattr(self, name), axes, config)
+            for name, axes in self.KERNEL_REDUCED_AXES.items()
+        }
+        kernel_shapes = {name: tuple(getattr(self, name).shape) for name in quantized}
+        for name in quantized:
+            delattr(self, name)  # untracks the float variable
+        self.quantized_build(kernel_shapes, mode, config)
+        for name, (values, scale) in quantized.items():
+            getattr(self, name).assign(values)
+            getattr(self, f"{name}_scale").assign(scale)
+        self.dtype_policy = quantization.quantized_policy(self, mode)
+
+    def quantized_build(self, kernel_shapes, mode, config=None):
+        if mode != "int8":
+            raise self._quantization_mode_error(mode)
+        self._int8_build(kernel_shapes, config)
+        self._is_quantized = True
+
+    def _int8_build(self, kernel_shapes, config=None):
+        self.inputs_quantizer = quantization.inputs_quantizer(config)
+        for name, shape in kernel_shapes.items():
+            reduced = self.KERNEL_REDUCED_AXES[name]
+            scale_shape = tuple(size for axis, size in enumerate(shape) if axis not in reduced)
+            kernel = self.add_weight(name=name, shape=shape, initializer="zeros", dtype="int8", trainable=False)
+            setattr(self, name, kernel)
+            scale = self.add_weight(name=f"{name}_scale", shape=scale_shape, initializer="ones", trainable=False)
+            setattr(self, f"{name}_scale", scale)
+
+    def _int8_call(self, *args, **kwargs):
+        # The same computation: `_project` and `_output` read the int8 kernels.
+        return self.call(*args, **kwargs)
+
+    def _quantization_mode_error(self, mode):
+        return quantization.mode_error(mode)
+
+    @property
+    def variable_serialization_spec(self):
+        """Quantization mode -> the names of the variables `save_own_variables` writes, in order.
+
+        `None` (float) is the order Keras wrote before the layer could be quantized (the
+        kernels, then the biases), so existing `.keras` files load unchanged.
+        """
+        kernels = list(self.KERNEL_REDUCED_AXES)
+        biases = [name.replace("_kernel", "_bias") for name in kernels] if self.use_bias else []
+        return {None: kernels + biases, "int8": kernels + biases + [f"{name}_scale" for name in kernels]}
+
+    def save_own_variables(self, store):
+        quantization.save_variables(self, store)
+
+    def load_own_variables(self, store):
+        quantization.load_variables(self, store)

@@ -8,6 +8,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers import quantization
 from keras_transformer.layers.checks import check_positive_int
 
 
@@ -21,6 +22,11 @@ class SharedEmbedding(keras.layers.Layer):
     precision. With `mask_zero=True` (default) id 0 is padding and the forward output
     carries a Keras implicit padding mask.
 
+    **Int8.** `layer.quantize("int8")` (Keras' API, as `keras.layers.ReversibleEmbedding`;
+    see `quantization`) stores `embeddings` as int8 with a float32 scale per token,
+    `embeddings_scale (V,)`: the lookup divides each row by its scale, and the reverse
+    projection multiplies int8 hidden states by the int8 matrix (one scale per logit).
+
     Args:
         vocabulary_size: V.
         embedding_dim: D.
@@ -28,6 +34,8 @@ class SharedEmbedding(keras.layers.Layer):
         mask_zero: treat id 0 as padding and produce an implicit mask.
         embeddings_initializer: defaults to normal(0, D^-0.5), so the scaled embeddings
             have unit variance.
+        quantization_config: the `keras.quantizers.QuantizationConfig` of an int8 layer
+            (set by `quantize`; None: Keras' defaults).
 
     Call arguments:
         inputs: int ids `(B, T)`, or hidden states `(B, T, D)` with `reverse=True`.
@@ -58,6 +66,7 @@ class SharedEmbedding(keras.layers.Layer):
         scale=True,
         mask_zero=True,
         embeddings_initializer=None,
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -70,14 +79,15 @@ class SharedEmbedding(keras.layers.Layer):
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(stddev=embedding_dim**-0.5)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.quantization_config = quantization_config
         self.supports_masking = mask_zero
 
     def build(self, input_shape=None):
-        self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.vocabulary_size, self.embedding_dim),
-            initializer=self.embeddings_initializer,
-        )
+        shape = (self.vocabulary_size, self.embedding_dim)
+        if self.quantization_mode:  # e.g. rebuilt from the config of a quantized layer
+            self.quantized_build(shape, mode=self.quantization_mode, config=self.quantization_config)
+        else:
+            self.embeddings = self.add_weight(name="embeddings", shape=shape, initializer=self.embeddings_initializer)
         self.built = True
 
     def call(self, inputs, reverse=False):
@@ -86,7 +96,9 @@ class SharedEmbedding(keras.layers.Layer):
             logits = ops.matmul(inputs, ops.transpose(kernel))  # (B, T, V)
             return ops.cast(logits, "float32")
         outputs = ops.take(self.embeddings, ops.cast(inputs, "int32"), axis=0)  # (B, T, D)
-        outputs = ops.cast(outputs, self.compute_dtype)
+        return self._scaled(ops.cast(outputs, self.compute_dtype))
+
+    def _scaled(self, outputs):
         if self.scale:
             outputs = outputs * ops.cast(math.sqrt(self.embedding_dim), self.compute_dtype)
         return outputs
@@ -105,9 +117,16 @@ class SharedEmbedding(keras.layers.Layer):
                 "scale": self.scale,
                 "mask_zero": self.mask_zero,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        return super().from_config(config)
 
     def compute_output_shape(self, input_shape, reverse=False):
         if reverse:
@@ -118,3 +137,58 @@ class SharedEmbedding(keras.layers.Layer):
         shape = self.compute_output_shape(inputs.shape, reverse=reverse)
         dtype = "float32" if reverse else self.compute_dtype
         return keras.KerasTensor(shape, dtype=dtype)
+
+    # --- int8: Keras' quantization hooks (see `quantization`), as `keras.layers.ReversibleEmbedding` ---
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        if type_check and type(self) is not SharedEmbedding:
+            raise self._not_implemented_error(self.quantize)
+        if mode not in quantization.MODES:
+            raise self._quantization_mode_error(mode)
+        self.quantization_config = config
+        values, scale = quantization.quantize_kernel(self.embeddings, (1,), config)  # a scale per token
+        shape = tuple(self.embeddings.shape)
+        del self.embeddings  # untracks the float variable
+        self.quantized_build(shape, mode, config)
+        self.embeddings.assign(values)
+        self.embeddings_scale.assign(scale)
+        self.dtype_policy = quantization.quantized_policy(self, mode)
+
+    def quantized_build(self, embeddings_shape, mode, config=None):
+        if mode != "int8":
+            raise self._quantization_mode_error(mode)
+        self._int8_build(embeddings_shape, config)
+        self._is_quantized = True
+
+    def _int8_build(self, embeddings_shape, config=None):
+        self.inputs_quantizer = quantization.inputs_quantizer(config)
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=embeddings_shape, initializer="zeros", dtype="int8", trainable=False
+        )
+        self.embeddings_scale = self.add_weight(
+            name="embeddings_scale", shape=embeddings_shape[:1], initializer="ones", trainable=False
+        )
+
+    def _int8_call(self, inputs, reverse=False):
+        if reverse:  # the scale of token v divides logit v
+            return quantization.quantized_matmul(
+                inputs, ops.transpose(self.embeddings), self.embeddings_scale, self.inputs_quantizer, "float32"
+            )  # (B, T, V)
+        ids = ops.cast(inputs, "int32")
+        rows = ops.cast(ops.take(self.embeddings, ids, axis=0), "float32")  # (B, T, D)
+        scale = ops.take(self.embeddings_scale, ids, axis=0)  # (B, T)
+        return self._scaled(ops.cast(rows / ops.expand_dims(scale, -1), self.compute_dtype))
+
+    def _quantization_mode_error(self, mode):
+        return quantization.mode_error(mode)
+
+    @property
+    def variable_serialization_spec(self):
+        """Quantization mode -> the names of the variables `save_own_variables` writes, in order."""
+        return {None: ["embeddings"], "int8": ["embeddings", "embeddings_scale"]}
+
+    def save_own_variables(self, store):
+        quantization.save_variables(self, store)
+
+    def load_own_variables(self, store):
+        quantization.load_variables(self, store)

@@ -1,0 +1,111 @@
+"""Int8 weights through Keras' own quantization API (`model.quantize("int8")`): what our layers share.
+
+Keras' `Dense`, `EinsumDense` and `Embedding` implement the hooks that `keras.Model.quantize`
+and `keras.Layer.__call__` use; `MultiHeadAttention` and `SharedEmbedding` implement the
+same ones (`quantize`, `quantized_build`, `_int8_build`, `_int8_call`,
+`variable_serialization_spec`, `save_own_variables` / `load_own_variables`) with the
+helpers here, and compute what Keras' `Dense` computes in int8:
+
+* each kernel is stored as int8 values and a float32 scale per output channel, from
+  `keras.quantizers.AbsMaxQuantizer` over the axes the kernel contracts (the float kernel
+  is `int8 / scale`), and the layer's dtype policy becomes `int8_from_<its policy>`;
+* at each call the inputs are quantized per position (abs-max over the contracted axis,
+  the config's activation quantizer, by default `AbsMaxQuantizer`), multiplied as
+  int8 x int8 -> int32, and the product is divided by `inputs_scale * kernel_scale`. With
+  `Int8QuantizationConfig(activation_quantizer=None)` only the weights are int8
+  (the int8 kernel is cast to float in the matmul).
+
+Only "int8" is implemented; another mode raises Keras' own error for a mode a layer does
+not support (`NotImplementedError`, one line naming the mode).
+"""
+
+import keras
+from keras import ops
+
+MODES = ("int8",)
+
+
+def mode_error(mode):
+    """Keras' error for a quantization mode a layer does not support (`Layer._quantization_mode_error`)."""
+    return NotImplementedError(f"Invalid quantization mode. Expected one of {MODES}. Received: quantization_mode={mode}")
+
+
+def quantize_kernel(kernel, reduced_axes, config=None):
+    """A float kernel as int8 values and a scale per output channel.
+
+    Args:
+        kernel: the float variable.
+        reduced_axes: the axes the layer contracts (the scale is the abs-max over them).
+        config: a `keras.quantizers.QuantizationConfig` whose `weight_quantizer` (its value
+            range and epsilon) replaces the default `AbsMaxQuantizer`, or None.
+
+    Returns:
+        `(int8 values of the kernel's shape, scale of the kernel's shape without reduced_axes)`.
+    """
+    quantizer = keras.quantizers.QuantizationConfig.weight_quantizer_or_default(
+        config, keras.quantizers.AbsMaxQuantizer()
+    )
+    values, scale = quantizer(kernel, axis=reduced_axes, to_numpy=True)
+    return values, ops.squeeze(scale, axis=reduced_axes)
+
+
+def inputs_quantizer(config=None):
+    """The quantizer of a layer's inputs: the config's activation quantizer (None: weight-only),
+    by default `keras.quantizers.AbsMaxQuantizer` (Keras' default for int8)."""
+    return keras.quantizers.QuantizationConfig.activation_quantizer_or_default(
+        config, keras.quantizers.AbsMaxQuantizer()
+    )
+
+
+def quantized_matmul(inputs, kernel, kernel_scale, quantizer, dtype):
+    """`inputs @ (kernel / kernel_scale)` with an int8 kernel, as Keras' `Dense._int8_call` computes it.
+
+    Args:
+        inputs: float `(..., K)`.
+        kernel: int8 `(K, N)`.
+        kernel_scale: float32 `(N,)`, one scale per output channel.
+        quantizer: the inputs' quantizer (`inputs_quantizer`); None multiplies the float
+            inputs by the int8 kernel.
+        dtype: the dtype of the result.
+
+    Returns:
+        `(..., N)` in `dtype`.
+    """
+    scale = kernel_scale
+    if quantizer is not None:
+        inputs, inputs_scale = quantizer(inputs, axis=-1)  # int8 (..., K), (..., 1)
+        scale = ops.multiply(scale, ops.cast(inputs_scale, scale.dtype))
+    outputs = ops.matmul(inputs, kernel)  # int32 (..., N) for int8 inputs
+    return ops.cast(ops.divide(ops.cast(outputs, scale.dtype), scale), dtype)
+
+
+def quantized_policy(layer, mode):
+    """The dtype policy of `layer` once quantized: `<mode>_from_<its float policy>`."""
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # a model's map: this layer's entry
+        policy = policy[layer.path] if layer.path else policy.default_policy
+    return keras.dtype_policies.get(f"{mode}_from_{policy.name}")
+
+
+def save_variables(layer, store):
+    """`save_own_variables`: the variables `layer.variable_serialization_spec` names for its mode, in order."""
+    if not layer.built:
+        return
+    for index, name in enumerate(_serialized_names(layer)):
+        store[str(index)] = getattr(layer, name)
+
+
+def load_variables(layer, store):
+    """`load_own_variables`: the inverse of `save_variables` (Keras' count check first)."""
+    layer._check_load_own_variables(store)
+    if not layer.built:
+        return
+    for index, name in enumerate(_serialized_names(layer)):
+        getattr(layer, name).assign(store[str(index)])
+
+
+def _serialized_names(layer):
+    mode = layer.quantization_mode
+    if mode not in layer.variable_serialization_spec:
+        raise mode_error(mode)
+    return layer.variable_serialization_spec[mode]

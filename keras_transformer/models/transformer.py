@@ -8,6 +8,8 @@ import keras
 from keras import ops
 
 from keras_transformer.backends import require_backend
+from keras_transformer.layers import quantization
+from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.decoder import DecoderBlock
 from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.embedding import SharedEmbedding
@@ -34,9 +36,18 @@ class Transformer(keras.Model):
     `encode`, `init_cache`, `decode_step` (one or more steps with the key/value cache,
     returning `(logits, cache)`), and `decode` (a full teacher-forced decoder pass).
 
+    `model.quantize("int8")` (Keras' API) makes every weight matrix int8: the attention
+    projections, the feed-forward layers, the embedding lookup and the tied (or separate)
+    output projection (see `layers.quantization`, docs/serving.md). `get_config` then
+    holds each quantized layer's policy in a `keras.dtype_policies.DTypePolicyMap`, so
+    `.keras` files and `from_config` rebuild the int8 layers.
+
     Args:
         config: a `TransformerConfig`, or a preset name.
-        dtype: a dtype policy, e.g. "mixed_bfloat16".
+        dtype: a dtype policy, e.g. "mixed_bfloat16", or the `DTypePolicyMap` of a
+            quantized model's config.
+        quantization_config: the `keras.quantizers.Int8QuantizationConfig` the model was
+            quantized with, for a quantized model's config (None: Keras' defaults).
 
     Example:
 
@@ -57,7 +68,7 @@ class Transformer(keras.Model):
     # with a window); see `decoding.CachedStep`.
     supports_growing_cache = True
 
-    def __init__(self, config, dtype=None, **kwargs):
+    def __init__(self, config, dtype=None, quantization_config=None, **kwargs):
         if isinstance(config, str):
             config = get_preset(config)
         if isinstance(config, dict):
@@ -115,6 +126,11 @@ class Transformer(keras.Model):
         self.decoder_layers = decoder_layers
         self.final_norms = final_norms
         self.output_projection = output_projection
+        self.quantization_config = quantization_config
+        if quantization_config is not None:  # before the graph builds the int8 layers of a quantized config
+            for layer in self._flatten_layers(include_self=False):
+                if hasattr(layer, "quantization_config"):
+                    layer.quantization_config = quantization_config
 
         # --- functional graph ---
         source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
@@ -297,19 +313,65 @@ class Transformer(keras.Model):
             new_cache.append(layer_cache)
         return self._logits(hidden), tuple(new_cache)
 
+    # --- int8 ---
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """`keras.Model.quantize`, which also reaches the attention layers (Keras quantizes
+        only layers without sub-layers, and ours hold their dropout as one).
+
+        Args:
+            mode: "int8" (the mode every layer of the model implements).
+            config: a `keras.quantizers.Int8QuantizationConfig` (e.g. weight-only int8 with
+                `activation_quantizer=None`), or None for Keras' defaults.
+            filters: as for `keras.Model.quantize`: which layers to quantize.
+
+        Raises:
+            NotImplementedError: for another mode (one line naming it), before any layer
+                changes; `keras.Model.quantize` would quantize the layers that support it
+                and only warn about the others.
+        """
+        if mode is None and config is not None:
+            mode = config.mode
+        if mode not in quantization.MODES:
+            raise quantization.mode_error(mode)
+        attention = [layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)]
+        if filters is not None:
+            from keras.src.quantizers.utils import should_quantize_layer  # the filters' meaning in Model.quantize
+
+            attention = [layer for layer in attention if should_quantize_layer(layer, filters)]
+        for layer in attention:
+            layer.quantize(mode, config=config)
+        super().quantize(mode, config=config, filters=filters, **kwargs)
+        if config is not None:
+            self.quantization_config = config
+
     def get_config(self):
         return {
             "config": self.config.to_dict(),
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "dtype": keras.dtype_policies.serialize(self._config_dtype_policy()),
             "name": self.name,
             "trainable": self.trainable,
+            "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
         }
+
+    def _config_dtype_policy(self):
+        """The model's policy; once layers are quantized, a `DTypePolicyMap` of their policies
+        (layer path -> e.g. "int8_from_float32") over the model's (as keras-hub's `Backbone`)."""
+        policy = self.dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # rebuilt from such a config
+            return policy
+        policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=policy)
+        for layer in self._flatten_layers(include_self=False):
+            if layer.quantization_mode is not None:
+                policy_map[layer.path] = layer.dtype_policy
+        return policy_map if len(policy_map) else policy
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
         return cls(**config)
 
 

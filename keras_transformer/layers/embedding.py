@@ -176,8 +176,8 @@ class SharedEmbedding(keras.layers.Layer):
             )  # (B, T, V)
         ids = ops.cast(inputs, "int32")
         rows = ops.cast(ops.take(self.embeddings, ids, axis=0), "float32")  # (B, T, D)
-        scale = ops.take(self.embeddings_scale, ids, axis=0)  # (B, T)
-        return self._scaled(ops.cast(rows / ops.expand_dims(scale, -1), self.compute_dtype))
+        scale = ops.cast(ops.take(self.embeddings_scale, ids, axis=0), "float32")  # (B, T)
+        return self._scaled(ops.cast(ops.divide(rows, ops.expand_dims(scale, -1)), self.compute_dtype))
 
     def _quantization_mode_error(self, mode):
         return quantization.mode_error(mode)

@@ -23,6 +23,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         use_bias: whether both projections have biases.
         kernel_initializer: initializer of both kernels.
         bias_initializer: initializer of both biases.
+        quantization_config: the `keras.quantizers.QuantizationConfig` of both `Dense`
+            layers once int8 (`model.quantize`; None: Keras' defaults).
 
     Call arguments:
         inputs: `(B, T, D)`.
@@ -52,6 +54,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -63,6 +66,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.quantization_config = quantization_config
         self.supports_masking = True
         dense_kwargs = dict(
             use_bias=use_bias,
@@ -71,7 +75,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.intermediate_dense = keras.layers.Dense(
-            intermediate_dim, activation=self.activation, name="intermediate_dense", **dense_kwargs
+            intermediate_dim,
+            activation=self.activation,
+            quantization_config=quantization_config,
+            name="intermediate_dense",
+            **dense_kwargs,
         )
         self.intermediate_dropout = ReplicaDropout(dropout, dtype=self.dtype_policy, name="intermediate_dropout")
         self._dense_kwargs = dense_kwargs
@@ -79,7 +87,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def build(self, input_shape):
         self.intermediate_dense.build(input_shape)
         self.intermediate_dropout.build(None)
-        self.output_dense = keras.layers.Dense(input_shape[-1], name="output_dense", **self._dense_kwargs)
+        self.output_dense = keras.layers.Dense(
+            input_shape[-1], quantization_config=self.quantization_config, name="output_dense", **self._dense_kwargs
+        )
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
         self.built = True
 
@@ -98,9 +108,16 @@ class PositionwiseFeedForward(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        return super().from_config(config)
 
     def compute_output_shape(self, input_shape):
         return input_shape

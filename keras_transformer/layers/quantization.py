@@ -69,14 +69,15 @@ def quantized_matmul(inputs, kernel, kernel_scale, quantizer, dtype):
         dtype: the dtype of the result.
 
     Returns:
-        `(..., N)` in `dtype`.
+        `(..., N)` in `dtype`, de-scaled in float32 (also under mixed precision, where Keras
+        reads the scale variables in the compute dtype).
     """
-    scale = kernel_scale
+    scale = ops.cast(kernel_scale, "float32")
     if quantizer is not None:
         inputs, inputs_scale = quantizer(inputs, axis=-1)  # int8 (..., K), (..., 1)
-        scale = ops.multiply(scale, ops.cast(inputs_scale, scale.dtype))
+        scale = ops.multiply(scale, ops.cast(inputs_scale, "float32"))
     outputs = ops.matmul(inputs, kernel)  # int32 (..., N) for int8 inputs
-    return ops.cast(ops.divide(ops.cast(outputs, scale.dtype), scale), dtype)
+    return ops.cast(ops.divide(ops.cast(outputs, "float32"), scale), dtype)
 
 
 def quantized_policy(layer, mode):

@@ -127,9 +127,9 @@ class Transformer(keras.Model):
         self.final_norms = final_norms
         self.output_projection = output_projection
         self.quantization_config = quantization_config
-        if quantization_config is not None:  # before the graph builds the int8 layers of a quantized config
-            for layer in self._flatten_layers(include_self=False):
-                if hasattr(layer, "quantization_config"):
+        if quantization_config is not None:  # before the graph below builds the int8 layers of a quantized config
+            for layer in self._flatten_layers(include_self=False):  # ours, and Dense; a feed-forward
+                if hasattr(layer, "quantization_config"):  # layer passes its own to the Dense it builds
                     layer.quantization_config = quantization_config
 
         # --- functional graph ---
@@ -326,12 +326,12 @@ class Transformer(keras.Model):
             filters: as for `keras.Model.quantize`: which layers to quantize.
 
         Raises:
-            NotImplementedError: for another mode (one line naming it), before any layer
-                changes; `keras.Model.quantize` would quantize the layers that support it
-                and only warn about the others.
+            NotImplementedError: for another mode Keras knows ("int4", "float8", ...), one
+                line naming it, before any layer changes (`keras.Model.quantize` would
+                quantize the layers that support it and only warn about the others).
+            ValueError: Keras' error for a mode it does not know (Keras checks the
+                arguments of every layer's `quantize` before the method runs).
         """
-        if mode is None and config is not None:
-            mode = config.mode
         if mode not in quantization.MODES:
             raise quantization.mode_error(mode)
         attention = [layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)]
@@ -342,8 +342,7 @@ class Transformer(keras.Model):
         for layer in attention:
             layer.quantize(mode, config=config)
         super().quantize(mode, config=config, filters=filters, **kwargs)
-        if config is not None:
-            self.quantization_config = config
+        self.quantization_config = config
 
     def get_config(self):
         return {

@@ -6,6 +6,8 @@ writes `saved_models/numbers/<next version>/` (see docs/serving.md), then prints
 the signatures and a translation made by the exported model, loaded back from disk.
 Decoding settings are fixed in the export: beam size, length penalty, output length (the
 run config's unless --beam_size, --length_penalty, --max_output_offset are given).
+With --quantization=int8 the model is first quantized with Keras' `model.quantize("int8")`
+(int8 weights, int8 matmuls; docs/serving.md).
 
     python experiments/export.py --model_dir=runs/builtin_tiny --format=ctranslate2 --quantization=int8
 
@@ -42,7 +44,13 @@ DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate
 flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
 cli.define_checkpoint_flags()
 flags.DEFINE_enum("format", "saved_model", list(FORMATS), "A SavedModel for TF Serving, or a CTranslate2 model directory.")
-flags.DEFINE_enum("quantization", "float32", ["float32", "int8"], "Weight type of a CTranslate2 export.")
+flags.DEFINE_enum(
+    "quantization",
+    "float32",
+    ["float32", "int8"],
+    "Weight type: int8 quantizes a SavedModel's model with Keras' model.quantize('int8') (docs/serving.md), or "
+    "writes CTranslate2's int8 weights (docs/ctranslate2.md).",
+)
 flags.DEFINE_bool("overwrite", False, "Replace an existing CTranslate2 model directory.")
 flags.DEFINE_string(
     "export_dir", None, "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2)."
@@ -86,6 +94,7 @@ def main(argv):
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,
+        quantization=None if FLAGS.quantization == "float32" else FLAGS.quantization,
         beam_size=options.beam_size,
         length_penalty=options.length_penalty,
         max_output_offset=options.max_output_offset,
@@ -102,7 +111,7 @@ def main(argv):
         check_ops=FLAGS.check_ops,
         progress=progress,
     )
-    print(f"Exported {result.path}")
+    print(f"Exported {result.path}" + (" (int8 weights: model.quantize('int8'))" if FLAGS.quantization == "int8" else ""))
     print(f"Settings: {', '.join(f'{key}={value}' for key, value in translator.settings.items())}")
     print("Signatures:")
     for line in format_signatures(result.signatures).splitlines():

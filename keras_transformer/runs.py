@@ -232,7 +232,7 @@ def average_checkpoints(model, paths):
     return model
 
 
-def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
+def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantization=None):
     """The trained model and tokenizer of a run directory.
 
     Args:
@@ -240,6 +240,8 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
         checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`).
         average_last: instead, average the last this many checkpoints.
         dtype: dtype policy of the rebuilt model (default float32).
+        quantization: None, or "int8": the weights, once read, quantized with
+            `model.quantize("int8")` (`Transformer.quantize`).
 
     Returns:
         `(model, tokenizer, config)`.
@@ -259,4 +261,6 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None):
         if not checkpoint:
             raise ValueError(f"No checkpoint in {checkpoint_dir(model_dir)}")
         read_model_weights(model, checkpoint)
+    if quantization is not None:
+        model.quantize(quantization)
     return model, Tokenizer(tokenizer_path(model_dir)), config

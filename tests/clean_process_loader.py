@@ -1,5 +1,7 @@
 """Loads an export and calls every signature, in a clean process: run by `tests/test_export.py`.
 
+The same process then loads the int8 export (`model.quantize("int8")`) and translates with it.
+
 Not a module to import: the test runs it as `python -c TENSORFLOW_ONLY_PRELUDE + <this file>
 CASE_JSON OUT_JSON` (`export.ops_check.TENSORFLOW_ONLY_PRELUDE` refuses Keras and
 keras_transformer and defines `load_sentencepiece_ops`), with this interpreter or with one
@@ -27,8 +29,8 @@ sig = loaded.signatures
 out = {"core_only": core_only, "runtime": {"tensorflow": tf.__version__, "tensorflow-text": version("tensorflow-text")}}
 
 
-def run_text(name, texts):
-    result = sig[name](text=tf.constant(texts, tf.string))
+def run_text(name, texts, signatures=sig):
+    result = signatures[name](text=tf.constant(texts, tf.string))
     return {"translation": b64(result["translation"].numpy()), "score": result["score"].numpy().tolist(),
             "shapes": [result["translation"].shape.as_list(), result["score"].shape.as_list()]}
 
@@ -93,5 +95,10 @@ out["errors"] = {
 out["after_errors"] = run_text("translate", sentences)
 out["function_translate"] = {"score": loaded.translate(tf.constant(sentences))["score"].numpy().tolist()}
 out["asset_path"] = loaded.tokenizer_model.asset_path.numpy().decode()
+
+int8 = tf.saved_model.load(case["int8_export"]).signatures
+int8_ids = int8["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
+out["int8"] = {"translate": run_text("translate", sentences, int8), "token_ids": int8_ids["token_ids"].numpy().tolist(),
+               "scores": int8_ids["scores"].numpy().tolist()}
 out["modules"] = sorted({name.split(".")[0] for name in sys.modules})
 json.dump(out, open(sys.argv[2], "w"))

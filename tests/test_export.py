@@ -6,8 +6,10 @@ Three real processes besides pytest, each run once per module:
   (the export every other test reads);
 * ONE clean process loads it with TensorFlow alone (Keras and keras_transformer cannot be
   imported there; TensorFlow Text's SentencePiece kernels are loaded as TF Serving links
-  them), calls every signature on the normal and the bad inputs, and writes the results
-  to a JSON file that the tests below compare with in-library decoding;
+  them), calls every signature on the normal and the bad inputs, then loads the int8
+  export of the same weights (`model.quantize("int8")`, exported in this process) and
+  translates with it, and writes the results to a JSON file that the tests below compare
+  with in-library decoding;
 * `saved_model_cli show --all` lists the signatures.
 
 The op allowlist check starts one more (TensorFlow-only) process to read the op registry.
@@ -297,6 +299,28 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def int8_export(trained_run, tmp_path_factory):
+    """The trained weights quantized with `model.quantize("int8")`, exported once in this process (ops
+    checked against this TensorFlow's registry before publishing); the clean process of `served` loads it."""
+    translator = TranslationModule.from_run(trained_run, quantization="int8", **BEAM)
+    result = export_saved_model(
+        translator, tmp_path_factory.mktemp("int8"), "numbers_int8", warmup_sentences=["twenty one"], verify=False
+    )
+    return translator, result
+
+
+def test_an_int8_model_exports_with_servable_ops(int8_export, loader_python):
+    """Every op of the int8 export is a core op in every loading runtime: its matmuls are
+    `BatchMatMulV3` (int8 x int8 -> int32), and no float `Einsum` projection is left."""
+    translator, result = int8_export
+    python, runtime = loader_python
+    assert {weight.dtype for weight in translator.model.weights} == {"int8", "float32"}
+    report = result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    assert report.ok, report.summary()
+    assert "BatchMatMulV3" in report.ops and "Einsum" not in report.ops
+
+
 # --- in-library references ---
 
 
@@ -385,7 +409,7 @@ def loader_python(request):
 
 
 @pytest.fixture(scope="module")
-def served(exported, reference, run_objects, loader_python, tmp_path_factory):
+def served(exported, int8_export, reference, run_objects, loader_python, tmp_path_factory):
     _, version_dir = exported
     python, runtime = loader_python
     _, tokenizer, _ = run_objects
@@ -393,6 +417,7 @@ def served(exported, reference, run_objects, loader_python, tmp_path_factory):
     long_row = np.arange(60, dtype=np.int32) % 100 + 4  # 60 pieces: longer than max_source_length
     case = {
         "export": str(version_dir),
+        "int8_export": str(int8_export[1].path),
         "sentences": _b64([s.encode() for s in SENTENCES]),
         "targets": _b64([t.encode() for t in reference["texts"]]),
         "source_ids": reference["source_ids"].tolist(),
@@ -534,6 +559,16 @@ def test_wrong_dtype_or_rank_is_a_clear_error_and_the_model_keeps_working(served
     assert missing["type"] == "TypeError" and "text" in missing["message"]
     assert "`source` and `target` must hold the same number of texts" in errors["score_batch_mismatch"]["message"]
     assert _texts(served["after_errors"]["translation"]) == reference["texts"]
+
+
+def test_the_int8_export_in_a_clean_process_decodes_as_the_library(served, int8_export, reference):
+    translator, _ = int8_export
+    outputs = make_search_fn(translator.model, "beam", **BEAM)(reference["source_ids"])
+    np.testing.assert_array_equal(served["int8"]["token_ids"], outputs["token_ids"].numpy()[:, 0])
+    np.testing.assert_allclose(served["int8"]["scores"], outputs["scores"].numpy()[:, 0], atol=SCORE_TOLERANCE)
+    texts, scores = translate(translator.model, translator.tokenizer, SENTENCES, "beam", **BEAM)
+    assert _texts(served["int8"]["translate"]["translation"]) == texts
+    np.testing.assert_allclose(served["int8"]["translate"]["score"], scores, atol=SCORE_TOLERANCE)
 
 
 # --- atomic, versioned export (in this process) ---

@@ -153,16 +153,19 @@ class TranslationModule(tf.Module):
         self.constraint = None  # a search constraint (export.parser.ParsingModule's TreeConstraint)
 
     @classmethod
-    def from_run(cls, model_dir, checkpoint=None, average_last=None, **settings):
+    def from_run(cls, model_dir, checkpoint=None, average_last=None, quantization=None, **settings):
         """A `TranslationModule` for a run directory written by `experiments/train.py`.
 
         Args:
             model_dir: the run directory (`config.json`, `spm.model`, `checkpoints/`).
             checkpoint: a checkpoint prefix (default: the latest).
             average_last: instead, average the last this many checkpoints.
+            quantization: None, or "int8": the model's weights quantized (`runs.load_run`).
             **settings: the decoding settings of the constructor (`beam_size`, ...).
         """
-        model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
+        model, tokenizer, _ = load_run(
+            model_dir, checkpoint=checkpoint, average_last=average_last, quantization=quantization
+        )
         return cls(model, tokenizer, **settings)
 
     @property

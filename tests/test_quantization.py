@@ -1,9 +1,12 @@
 """Int8 through Keras' `model.quantize("int8")`: every weight matrix, closeness to float32,
 saving, cached decoding, bad modes (the export: tests/test_export.py)."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer import MultiHeadAttention, SharedEmbedding, Transformer
 from keras_transformer.decoding import beam_search, recompute_beam_search
@@ -45,7 +48,13 @@ def quantized():
 def test_quantize_makes_every_weight_matrix_int8(variant):
     """After model.quantize("int8") no float matrix is left but the learned position table
     (a table added to the embeddings, which keras-hub's PositionEmbedding keeps float too)."""
-    model, _ = quantized_model(variant)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, _ = quantized_model(variant)
+    # Keras warns about layers without `quantize`: of ours, only about the one holding a matrix.
+    unquantized = [str(warning.message) for warning in caught if "does not have a `quantize`" in str(warning.message)]
+    learned = variant == "learned_positions"  # a source and a target table
+    assert unquantized == ["Layer PositionEmbedding does not have a `quantize` method implemented."] * 2 * learned
     matrices = [weight for weight in model.weights if weight.path.endswith(("kernel", "embeddings"))]
     left_float = [weight.path for weight in matrices if weight.dtype != "int8"]
     assert left_float == (
@@ -116,6 +125,25 @@ def test_quantized_layers_alone_are_close_to_float32():
     logits = embedding(query, reverse=True)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert relative_error(as_numpy(logits), float_logits) < RELATIVE_TOLERANCE
+
+
+def test_gradients_pass_the_int8_projections_as_the_float_ones():
+    """Keras' custom gradient: the float weights (norms, biases) get the float model's
+    gradients up to quantization. Measured: 15% and 1.2% relative error over all of them for
+    seeds 0 and 1; without the custom gradient (no gradient through an int8 matmul) 120%."""
+    keras.utils.set_random_seed(0)
+    model = Transformer(tiny_config())
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            log_probs = tf.nn.log_softmax(model({"source_ids": SOURCE, "target_ids": TARGET}))
+            loss = -tf.reduce_sum(tf.gather(log_probs[:, :-1], TARGET[:, 1:], batch_dims=2))
+        variables = [weight for weight in model.trainable_weights if not weight.path.endswith(("kernel", "embeddings"))]
+        return np.concatenate([as_numpy(gradient).ravel() for gradient in tape.gradient(loss, variables)])
+
+    float_gradients = gradients()
+    model.quantize("int8")
+    assert relative_error(gradients(), float_gradients) < 0.3
 
 
 # --- saving ---

@@ -60,6 +60,9 @@ def inputs_quantizer(config=None):
 def quantized_matmul(inputs, kernel, kernel_scale, quantizer, dtype):
     """`inputs @ (kernel / kernel_scale)` with an int8 kernel, as Keras' `Dense._int8_call` computes it.
 
+    Its gradient with respect to `inputs` is the float one through the de-quantized kernel
+    (Keras' custom gradient), so the layers below still train (the int8 kernel does not).
+
     Args:
         inputs: float `(..., K)`.
         kernel: int8 `(K, N)`.
@@ -72,12 +75,25 @@ def quantized_matmul(inputs, kernel, kernel_scale, quantizer, dtype):
         `(..., N)` in `dtype`, de-scaled in float32 (also under mixed precision, where Keras
         reads the scale variables in the compute dtype).
     """
-    scale = ops.cast(kernel_scale, "float32")
-    if quantizer is not None:
-        inputs, inputs_scale = quantizer(inputs, axis=-1)  # int8 (..., K), (..., 1)
-        scale = ops.multiply(scale, ops.cast(inputs_scale, "float32"))
-    outputs = ops.matmul(inputs, kernel)  # int32 (..., N) for int8 inputs
-    return ops.cast(ops.divide(ops.cast(outputs, "float32"), scale), dtype)
+
+    @ops.custom_gradient
+    def matmul(inputs, kernel, kernel_scale):
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            float_kernel = ops.divide(ops.cast(kernel, "float32"), kernel_scale)  # (K, N)
+            inputs_grad = ops.matmul(ops.cast(upstream, "float32"), ops.transpose(float_kernel))  # (..., K)
+            return ops.cast(inputs_grad, inputs.dtype), None, None
+
+        scale = kernel_scale
+        quantized = inputs
+        if quantizer is not None:
+            quantized, inputs_scale = quantizer(inputs, axis=-1)  # int8 (..., K), (..., 1)
+            scale = ops.multiply(scale, ops.cast(inputs_scale, "float32"))
+        outputs = ops.matmul(quantized, kernel)  # int32 (..., N) for int8 inputs
+        return ops.cast(ops.divide(ops.cast(outputs, "float32"), scale), dtype), grad
+
+    return matmul(inputs, ops.convert_to_tensor(kernel), ops.cast(kernel_scale, "float32"))
 
 
 def quantized_policy(layer, mode):

@@ -4,6 +4,8 @@ Shape letters: B batch, S source length, T target length, L cache length, D mode
 V vocabulary size.
 """
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -341,7 +343,12 @@ class Transformer(keras.Model):
             attention = [layer for layer in attention if should_quantize_layer(layer, filters)]
         for layer in attention:
             layer.quantize(mode, config=config)
-        super().quantize(mode, config=config, filters=filters, **kwargs)
+        with warnings.catch_warnings():
+            # Keras warns about each layer without a `quantize` method; these hold no weight
+            # matrix. (A learned position table is left float, and Keras says so.)
+            for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer"):
+                warnings.filterwarnings("ignore", message=f"Layer {name} does not have a `quantize` method")
+            super().quantize(mode, config=config, filters=filters, **kwargs)
         self.quantization_config = config
 
     def get_config(self):

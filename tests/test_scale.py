@@ -50,8 +50,11 @@ def test_a_nonfinite_gradient_on_the_second_replica_only_is_never_applied(record
     assert overflow["step"] == reference["step"] == 2  # the dropped update is not a step
     assert overflow["skipped"] == 1 and reference["skipped"] == 0
     assert np.isfinite(overflow["weights"]).all()
-    # Exactly the updates of a run that never saw the bad batch (loss scales are powers of two).
-    np.testing.assert_array_equal(overflow["weights"], reference["weights"])
+    # The updates of a run that never saw the bad batch: exactly in float32; under float16 the
+    # loss scales differ by a power of two, which float16 kernels with AVX-512 (not with AVX2)
+    # round differently, by up to 2e-7 seen.
+    np.testing.assert_allclose(overflow["weights"], reference["weights"], rtol=0,
+                               atol=1e-6 if precision == "mixed_float16" else 0)
     if precision == "mixed_float16":
         assert overflow["loss_scale"] == reference["loss_scale"] / 2  # lowered once, for every replica
 
@@ -89,9 +92,10 @@ def test_fit_never_applies_a_nonfinite_gradient_of_either_replica(records, case)
     overflow, reference = records[case], records[case.replace("fit_overflow", "fit_reference")]
     assert np.isfinite(overflow["weights"]).all()
     assert overflow["iterations"] == reference["iterations"]  # the dropped update is not counted
-    # Under float16 the reference's gradients, at twice the scale, round a little differently.
+    # Under float16 the reference's gradients, at twice the scale, round a little differently:
+    # up to 1e-4 seen with AVX2, 1.6e-4 with AVX-512.
     np.testing.assert_allclose(overflow["weights"], reference["weights"], rtol=0,
-                               atol=1e-4 if "float16" in case else 0)
+                               atol=5e-4 if "float16" in case else 0)
     if "float16" in case:
         assert overflow["loss_scale"] == reference["loss_scale"] / 2
 

@@ -24,20 +24,21 @@ from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
 
 
-def define_config_flags(default_preset="tiny"):
-    """Define `--preset` and an override flag for every config field."""
-    flags.DEFINE_enum("preset", default_preset, list(PRESETS), "Model preset; other config flags override it.")
+def define_config_flags(default_preset="tiny", flag_values=flags.FLAGS):
+    """Define `--preset` and an override flag for every config field (in `flag_values`)."""
+    define = dict(flag_values=flag_values)
+    flags.DEFINE_enum("preset", default_preset, list(PRESETS), "Model preset; other config flags override it.", **define)
     for field in dataclasses.fields(TransformerConfig):
         kind = _field_kind(field)
         help_text = f"Override the preset's {field.name}."
         if kind is bool:
-            flags.DEFINE_bool(field.name, None, help_text)
+            flags.DEFINE_bool(field.name, None, help_text, **define)
         elif kind is int:
-            flags.DEFINE_integer(field.name, None, help_text)
+            flags.DEFINE_integer(field.name, None, help_text, **define)
         elif kind is float:
-            flags.DEFINE_float(field.name, None, help_text)
+            flags.DEFINE_float(field.name, None, help_text, **define)
         else:
-            flags.DEFINE_string(field.name, None, help_text)
+            flags.DEFINE_string(field.name, None, help_text, **define)
 
 
 def define_corpus_flags(split=None):
@@ -154,6 +155,10 @@ def config_from_flags(flag_values=flags.FLAGS, **defaults):
         value = flag_values[field.name].value
         if value is not None:
             overrides[field.name] = value
+    # A preset's word window belongs to its word positions: `--noword_positions` drops it too
+    # (an explicit `--word_window` stays, and the config rejects it).
+    if overrides.get("word_positions") is False and flag_values["word_window"].value is None:
+        overrides["word_window"] = None
     return get_preset(flag_values.preset, **overrides)
 
 

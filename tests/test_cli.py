@@ -49,3 +49,35 @@ def test_help_lists_every_documented_flag(script):
     missing = {flag: where for flag, where in FLAGS[script].items()
                if flag not in listed and not (flag.startswith("no") and flag[2:] in listed)}
     assert not missing, f"documented but not in `{script} --help`: {missing}"
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], (True, 0)),  # the recipe: word positions, window 0
+        (["--word_window=2"], (True, 2)),
+        (["--noword_positions"], (False, None)),  # the preset's window goes with its word positions
+    ],
+)
+def test_config_flags_override_the_word_window_with_its_positions(argv, expected):
+    from absl import flags
+
+    from keras_transformer.cli import config_from_flags, define_config_flags
+
+    flag_values = flags.FlagValues()
+    define_config_flags("ptb_sample", flag_values=flag_values)
+    flag_values(["train.py", *argv])
+    config = config_from_flags(flag_values)
+    assert (config.word_positions, config.word_window) == expected
+
+
+def test_config_flags_keep_an_explicit_window_without_positions_an_error():
+    from absl import flags
+
+    from keras_transformer.cli import config_from_flags, define_config_flags
+
+    flag_values = flags.FlagValues()
+    define_config_flags("ptb_sample", flag_values=flag_values)
+    flag_values(["train.py", "--noword_positions", "--word_window=1"])
+    with pytest.raises(ValueError, match="^word_window needs word_positions=True. Received: word_window=1$"):
+        config_from_flags(flag_values)

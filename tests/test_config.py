@@ -99,7 +99,7 @@ def preset_table():
             str(config.head_value_dim),
             str(config.dropout),
             str(config.label_smoothing),
-            config.positional,
+            config.positional + (" + words" if config.word_positions else ""),
             f"{config.vocabulary_size:,}",
             f"{count:,}",
             f"{count / 1e6:.1f}",
@@ -130,7 +130,11 @@ def distinct_architectures():
 @pytest.mark.parametrize("name", distinct_architectures())
 def test_formula_matches_a_built_scaled_down_preset(name):
     config = scaled_down(get_preset(name))
-    assert count_parameters(config) == Transformer(config).count_params()
+    model = Transformer(config)
+    trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
+    assert count_parameters(config) == trainable
+    # The one non-trainable weight: a word-position model's table of piece kinds (V entries).
+    assert model.count_params() - trainable == (config.vocabulary_size if config.word_positions else 0)
 
 
 @pytest.mark.parametrize(
@@ -291,6 +295,16 @@ def test_other_bad_values_raise():
         TransformerConfig(length_penalty=-1)
     with pytest.raises(ValueError, match="max_output_offset=-5"):
         TransformerConfig(max_output_offset=-5)
+    with pytest.raises(ValueError, match="tokenizer_type='wordpiece'"):
+        TransformerConfig(tokenizer_type="wordpiece")
+    with pytest.raises(ValueError, match="word_positions needs sinusoidal positions .* positional='learned'"):
+        TransformerConfig(word_positions=True, positional="learned")
+    with pytest.raises(ValueError, match="hidden_dim divisible by 4.* hidden_dim=510"):
+        TransformerConfig(word_positions=True, hidden_dim=510, num_heads=5)
+    with pytest.raises(ValueError, match="word_window needs word_positions=True. Received: word_window=1"):
+        TransformerConfig(word_window=1)
+    with pytest.raises(ValueError, match="word_window=-1"):
+        TransformerConfig(word_positions=True, word_window=-1)
 
 
 def test_unknown_preset_lists_the_valid_ones():

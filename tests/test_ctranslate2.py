@@ -201,6 +201,7 @@ def test_sinusoid_table_is_interleaved_from_position_zero():
         (dict(value_dim=32), "value_dim=32"),
         (dict(activation="elu"), "activation='elu'"),
         (dict(attention_window=4), "attention_window=4"),
+        (dict(word_positions=True), "word_positions=True"),
     ],
 )
 def test_unsupported_settings_are_refused_by_name(overrides, setting):

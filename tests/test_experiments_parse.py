@@ -95,3 +95,49 @@ def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path)
     loaded = tf.saved_model.load(str(tmp_path))
     outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + [""]))
     assert [tree.decode() for tree in outputs["translation"].numpy()] == expected + [""]
+
+
+@pytest.fixture(scope="module")
+def ptb_word_run(tmp_path_factory, sections):
+    """The ptb_sample preset (shrunk, BPE tokenizer): word positions and a word window of 0, trained 2 steps."""
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.training import DataOptions, TrainOptions, train_translation
+
+    config = get_preset("ptb_sample", **TINY, tokenizer_type="bpe")
+    assert (config.word_positions, config.word_window, config.beam_size, config.length_penalty) == (True, 0, 21, 0.3)
+    run_dir = tmp_path_factory.mktemp("ptb_word_run")
+    options = TrainOptions(batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False)
+    train_translation(config, run_dir, options, DataOptions("ptb", data_dir=str(sections)))
+    return run_dir
+
+
+def test_word_position_run_keeps_the_table_of_its_tokenizer(ptb_word_run):
+    """The trainer sets the table from the run's tokenizer and the checkpoint holds it: a model
+    loaded from the run (built with an all-zero table) has it back."""
+    import numpy as np
+
+    from keras_transformer.decoding.tree_constraint import word_kinds
+    from keras_transformer.runs import load_run
+
+    model, tokenizer, config = load_run(ptb_word_run)
+    assert config.word_positions and config.word_window == 0 and config.tokenizer_type == "bpe"
+    np.testing.assert_array_equal(model.word_index.kinds.numpy(), word_kinds(tokenizer))
+    assert model.word_index.kinds.numpy().max() == 2
+
+
+def test_exported_word_position_parser_returns_the_trees_of_parse(ptb_word_run, sections, tmp_path):
+    import tensorflow as tf
+
+    from keras_transformer.decoding import Parser
+    from keras_transformer.export.parser import ParsingModule
+    from keras_transformer.runs import load_run
+
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
+    settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
+    model, tokenizer, _ = load_run(ptb_word_run)
+    expected = Parser(model, tokenizer, "beam", **settings)(sentences)
+    module = ParsingModule(model, tokenizer, **settings)
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
+    loaded = tf.saved_model.load(str(tmp_path))
+    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences))
+    assert [tree.decode() for tree in outputs["translation"].numpy()] == expected

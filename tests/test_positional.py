@@ -111,3 +111,38 @@ def test_position_embedding_returns_the_table_rows():
 def test_position_embedding_bad_length_raises():
     with pytest.raises(ValueError, match="sequence_length=0"):
         PositionEmbedding(sequence_length=0)
+
+
+# --- word positions (parsing, `config.word_positions`) ---
+
+
+def test_word_positions_take_the_second_half_of_the_features():
+    """With `word_positions`, features 0 .. D/2 - 1 are the D/2-wide encoding of the token's
+    position (from `start_index`), the rest the D/2-wide encoding of its word's index."""
+    layer = PositionalEncoding()
+    words = np.array([[0, 0, 1, 2, 2, 2], [0, 1, 1, 1, 3, 4]], "int32")
+    encoding = as_numpy(layer(np.zeros((2, 6, 16), "float32"), start_index=2, word_positions=words))
+    assert encoding.shape == (2, 6, 16)
+    half = as_numpy(layer(np.zeros((1, 20, 8), "float32")))[0]  # the 8-wide encoding of positions 0 .. 19
+    for row in range(2):
+        np.testing.assert_allclose(encoding[row, :, :8], half[2:8], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(encoding[row, :, 8:], half[words[row]], rtol=0, atol=1e-6)
+
+
+def test_word_index_counts_words_on_the_source_and_tags_on_the_target():
+    from keras_transformer.layers.positional import WordIndex
+
+    # ids: 0 PAD, 1 UNK, 2 BOS, 3 EOS (starts the slot after the last word), 4 "▁a", 5 "b" (inside
+    # a word), 6 "▁(S" (starts a word, not a tag), 7 "▁NN" (a tag)
+    layer = WordIndex(8)
+    np.testing.assert_array_equal(as_numpy(layer.kinds), np.zeros(8))  # set from the tokenizer
+    layer.set_kinds([0, 0, 0, 1, 1, 0, 1, 2])
+    source = np.array([[4, 5, 4, 7, 3, 0], [5, 4, 3, 0, 0, 0]])
+    np.testing.assert_array_equal(as_numpy(layer.source(source)), [[0, 0, 1, 2, 3, 3], [0, 0, 1, 1, 1, 1]])
+    target = np.array([[2, 6, 7, 6, 7, 7], [2, 7, 7, 0, 0, 0]])  # BOS (S NN (S NN NN
+    np.testing.assert_array_equal(as_numpy(layer.target(target)), [[0, 0, 1, 1, 2, 3], [0, 1, 2, 2, 2, 2]])
+    assert layer.trainable_weights == []
+    with pytest.raises(ValueError, match="kinds must be 8 values"):
+        layer.set_kinds([0, 1, 2])
+    with pytest.raises(ValueError, match="kinds must be 8 values"):
+        layer.set_kinds([0, 0, 0, 3, 0, 0, 0, 0])

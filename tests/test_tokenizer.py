@@ -211,6 +211,21 @@ def test_bpe_model_type(sentences, tmp_path):
         b"A red car."]
 
 
+def test_prepare_tokenizer_trains_the_model_type(sentences, tmp_path):
+    """A run's tokenizer is the config's `tokenizer_type` (`training.run.prepare_tokenizer`)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from keras_transformer.training.run import prepare_tokenizer
+
+    pairs = list(zip(sentences[0:400:2], sentences[1:400:2]))
+    for model_type in ("unigram", "bpe"):
+        tokenizer = prepare_tokenizer(tmp_path / model_type, pairs, 300, model_type=model_type)
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(tokenizer.model_proto)
+        assert proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.ModelType.Value(model_type.upper())
+        assert (tmp_path / model_type / "spm.model").is_file()
+
+
 def test_too_large_vocab_names_requested_and_maximum(sentences, tmp_path):
     with pytest.raises(ValueError, match=r"vocabulary_size=50000 is too large .* maximum of \d+"):
         train_sentencepiece(sentences[:200], tmp_path / "big.model", vocabulary_size=50000)

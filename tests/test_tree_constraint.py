@@ -125,3 +125,125 @@ def test_parser_rejects_blank_and_overlong_lines(untrained_parser):
         parser.check(["a b", "  ", "c"], name="stdin")
     with pytest.raises(ValueError, match=r"^input, line 3: \d+ pieces, longer than the model's 7$"):
         parser(["a b", "c", " ".join(["word"] * 12)])
+
+
+# --- word positions (`config.word_positions`): the model's positions count words and tags ---
+
+
+@pytest.fixture(scope="module", params=[None, 1], ids=["all_words", "word_window_1"])
+def word_position_model(request, untrained_parser):
+    """An untrained `word_positions` model with the table of the tree tokenizer, without and
+    with a word window on encoder-decoder attention."""
+    from keras_transformer.decoding.tree_constraint import word_kinds
+
+    _, tokenizer, _ = untrained_parser
+    model = Transformer(get_preset("tiny", vocabulary_size=600, num_encoder_layers=1, num_decoder_layers=2,
+                                   hidden_dim=32, intermediate_dim=64, num_heads=2, word_positions=True,
+                                   word_window=request.param))
+    model.set_word_kinds(word_kinds(tokenizer))
+    return model
+
+
+def _source_words(model, source_ids):
+    """`decode`'s and `decode_step`'s `source_word_positions` argument for `model`."""
+    return {"source_word_positions": model.source_word_positions(source_ids)} if model.uses_word_window else {}
+
+
+def test_word_kinds_of_the_tree_tokenizer(untrained_parser):
+    from keras_transformer.decoding.tree_constraint import word_kinds
+    from keras_transformer.layers.positional import WordIndex
+
+    _, tokenizer, _ = untrained_parser
+    kinds = word_kinds(tokenizer)
+    assert kinds.shape == (600,)
+    piece_kinds = {tokenizer.id_to_piece(i): kinds[i] for i in range(600)}
+    assert {piece_kinds[p] for p in ("▁NN", "▁DT", "▁,", "▁-LRB-")} == {WordIndex.TAG}
+    assert {piece_kinds[p] for p in ("▁(S", "▁(NP", "▁)", "▁the", "</s>")} == {WordIndex.WORD_START}
+    assert {piece_kinds[p] for p in ("<pad>", "<s>", "<unk>")} == {WordIndex.OTHER}
+    inside = [p for p in piece_kinds if not p.startswith("▁") and not p.startswith("<")]
+    assert inside and {piece_kinds[p] for p in inside} == {WordIndex.OTHER}
+
+
+def test_word_position_model_decodes_step_by_step_as_the_full_model(untrained_parser, word_position_model):
+    """`decode_step` with `target_word_positions` of the prefix gives the teacher-forced logits,
+    and the cached greedy search (which computes those positions) equals the uncached one."""
+    from keras_transformer.decoding.beam import beam_search
+    from keras_transformer.decoding.greedy import greedy_search
+
+    model = word_position_model
+    _, tokenizer, sentences = untrained_parser
+    source_ids = Parser(model, tokenizer, "greedy").translator.source_ids(sentences[:2])
+    targets = tokenizer.tokenize(["(S (NP DT NN ) (VP VBZ ) . )", "(S NNP (VP VBD (NP NN ) ) )"]).to_tensor()
+    target_ids = np.concatenate([np.full((2, 1), BOS_ID), targets.numpy()], axis=1)
+    encoder_outputs, source_mask = model.encode(source_ids)
+    source_words = _source_words(model, source_ids)
+    full = model.decode(target_ids, encoder_outputs, source_mask, **source_words).numpy()
+    inputs = {"source_ids": source_ids.numpy(), "target_ids": target_ids}
+    np.testing.assert_allclose(model(inputs).numpy(), full, rtol=0, atol=1e-5)
+    words = model.target_word_positions(target_ids)
+    assert words.numpy().tolist()[0] == [0, 0, 0, 1, 2, 2, 2, 3, 3, 4, 4]  # BOS (S (NP DT NN ) (VP VBZ ) . )
+    cache = model.init_cache(encoder_outputs, target_ids.shape[1])
+    steps = []
+    for index in range(target_ids.shape[1]):
+        logits, cache = model.decode_step(target_ids[:, index:index + 1], cache, index, source_mask,
+                                          word_positions=words[:, index:index + 1], **source_words)
+        steps.append(logits.numpy()[:, 0])
+    real = target_ids != PAD_ID
+    np.testing.assert_allclose(np.stack(steps, axis=1)[real], full[real], rtol=0, atol=1e-4)
+    constraint = TreeConstraint.from_tokenizer(tokenizer)
+    cached, _ = greedy_search(model, source_ids, max_output_offset=12, constraint=constraint)
+    uncached, _ = greedy_search(model, source_ids, max_output_offset=12, constraint=constraint, use_cache=False)
+    np.testing.assert_array_equal(cached.numpy(), uncached.numpy())
+    all_ids = Parser(model, tokenizer, "greedy").translator.source_ids(sentences)  # finished sentences leave the beam
+    beams = [beam_search(model, all_ids, beam_size=2, num_return=2, max_output_offset=12, constraint=constraint,
+                         use_cache=use_cache)[0].numpy() for use_cache in (True, False)]
+    np.testing.assert_array_equal(beams[0], beams[1])
+    with pytest.raises(ValueError, match="decode_step takes word_positions exactly when"):
+        model.decode_step(target_ids[:, :1], model.init_cache(encoder_outputs, 4), 0, source_mask, **source_words)
+    if model.uses_word_window:
+        with pytest.raises(ValueError, match="decode takes source_word_positions exactly when"):
+            model.decode(target_ids, encoder_outputs, source_mask)
+
+
+def test_word_window_limits_encoder_decoder_attention(untrained_parser, word_position_model):
+    """With `word_window=r` a query attends only to the pieces of the words at most r from its
+    word; without one, to every piece."""
+    model = word_position_model
+    _, tokenizer, sentences = untrained_parser
+    source_ids = Parser(model, tokenizer, "greedy").translator.source_ids(sentences[:2])
+    target_ids = np.concatenate([np.full((2, 1), BOS_ID), tokenizer.tokenize(["(S NN NN (VP NN"] * 2).numpy()],
+                                axis=1)
+    encoder_outputs, source_mask = model.encode(source_ids)
+    _, scores = model.decode(target_ids, encoder_outputs, source_mask, return_attention_scores=True,
+                             **_source_words(model, source_ids))
+    source_words = model.source_word_positions(source_ids).numpy()  # (B, S)
+    query_words = model.target_word_positions(target_ids).numpy()  # (B, T): 0 0 1 2 2 3
+    distance = np.abs(source_words[:, None, :] - query_words[:, :, None])  # (B, T, S)
+    for layer in scores:
+        cross = layer["cross"].numpy()  # (B, H, T, S)
+        far = cross * (distance > 1)[:, None]
+        if model.uses_word_window:
+            assert far.max() == 0.0
+        else:
+            assert far.max() > 0.01
+
+
+def test_word_positions_come_from_the_table(untrained_parser, word_position_model):
+    """The control: the same weights with another table (no word starts, no tags) give other logits."""
+    model = word_position_model
+    _, tokenizer, sentences = untrained_parser
+    source_ids = Parser(model, tokenizer, "greedy").translator.source_ids(sentences[:2]).numpy()
+    target_ids = np.concatenate([np.full((2, 1), BOS_ID), tokenizer.tokenize(["NN NN NN"] * 2).numpy()], axis=1)
+    inputs = {"source_ids": source_ids, "target_ids": target_ids}
+    logits = model(inputs).numpy()
+    other = Transformer(model.config)
+    other.set_weights([np.zeros_like(w) if w.dtype == np.int32 else w for w in model.get_weights()])
+    assert np.abs(other(inputs).numpy() - logits).max() > 1e-3
+
+
+def test_word_position_parser_returns_trees(untrained_parser, word_position_model):
+    _, tokenizer, sentences = untrained_parser
+    for method, options in (("greedy", {}), ("beam", dict(beam_size=3, length_penalty=0.3))):
+        parser = Parser(word_position_model, tokenizer, method, batch_size=4, max_output_offset=12, **options)
+        for sentence, line in zip(sentences, parser(sentences)):
+            assert parse_tree(line).words() == sentence.split()

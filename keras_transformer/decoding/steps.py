@@ -65,6 +65,12 @@ def _shares_cross_cache(model):
     return bool(getattr(model, "supports_shared_cross_cache", False))
 
 
+def _uses_word_window(model):
+    """Whether the model's encoder-decoder attention needs the source's word positions
+    (`Transformer.uses_word_window`)."""
+    return bool(getattr(model, "uses_word_window", False))
+
+
 def _shares_growing_cache(model):
     """Whether `model.init_cache(encoder_outputs, None)` gives caches that grow with each
     `decode_step` (see `Transformer.init_cache`)."""
@@ -144,22 +150,37 @@ class CachedStep:
         else:
             cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
             source_mask = tile_rows(source_mask, num_copies)
-        return {"cache": cache, "source_mask": source_mask}
+        state = {"cache": cache, "source_mask": source_mask}
+        if _uses_word_window(self.model):  # (N, S): per copy, as the cross cache is then
+            state["source_words"] = tile_rows(self.model.source_word_positions(source_ids), num_copies)
+        return state
 
     def step(self, state, target_ids, index):
         tokens = tf.gather(target_ids, index[None], axis=1)  # (N, 1)
-        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"])
-        return tf.cast(logits[:, 0, :], tf.float32), {"cache": cache, "source_mask": state["source_mask"]}
+        extra = {}
+        if getattr(self.model, "uses_word_positions", False):  # the word index counts the tags of the whole prefix
+            words = self.model.target_word_positions(target_ids)  # (N, L + 1); PAD after the prefix counts nothing
+            extra["word_positions"] = tf.gather(words, index[None], axis=1)  # (N, 1)
+        if "source_words" in state:
+            extra["source_word_positions"] = state["source_words"]
+        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"], **extra)
+        return tf.cast(logits[:, 0, :], tf.float32), {**state, "cache": cache}
 
     def reorder(self, state, indices, sentences=None):
         cache, source_mask = reorder_cache(state["cache"], indices), state["source_mask"]
+        source_words = state.get("source_words")
         if sentences is not None:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
             rows = sentences if _shares_cross_cache(self.model) else indices
             cache = _map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
             source_mask = tf.gather(source_mask, rows)
-        return {"cache": cache, "source_mask": source_mask}
+            if source_words is not None:  # never shared
+                source_words = tf.gather(source_words, indices)
+        state = {"cache": cache, "source_mask": source_mask}
+        if source_words is not None:
+            state["source_words"] = source_words
+        return state
 
 
 def _map_cache(cache, fn, cross):
@@ -198,10 +219,13 @@ class RecomputeStep:
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)
-        return {
+        state = {
             "encoder_outputs": tile_rows(encoder_outputs, num_copies),  # (N, S, D)
             "source_mask": tile_rows(source_mask, num_copies),  # (N, S)
         }
+        if _uses_word_window(self.model):
+            state["source_words"] = tile_rows(self.model.source_word_positions(source_ids), num_copies)  # (N, S)
+        return state
 
     def step(self, state, target_ids, index):
         prefix_only = self.prefix_only
@@ -213,7 +237,8 @@ class RecomputeStep:
         else:
             inputs = target_ids[:, :-1]  # (N, L): all decoder input slots
             position = index
-        logits = self.model.decode(inputs, state["encoder_outputs"], state["source_mask"])  # (N, T, V)
+        extra = {"source_word_positions": state["source_words"]} if "source_words" in state else {}
+        logits = self.model.decode(inputs, state["encoder_outputs"], state["source_mask"], **extra)  # (N, T, V)
         logits = tf.gather(logits, position, axis=1) if not prefix_only else logits[:, -1, :]
         return tf.cast(logits, tf.float32), state
 

@@ -121,3 +121,16 @@ class TreeConstraint:
         """`scores` `(N, V)` with the ids that `allowed` forbids set to -inf."""
         allowed = self.allowed(prefix_ids, index, words, limits)
         return tf.where(allowed, scores, tf.constant(-np.inf, scores.dtype))
+
+
+def word_kinds(tokenizer):
+    """The table of a `word_positions` model (`Transformer.set_word_kinds`) for a run's tokenizer:
+    `(V,)` ints, `layers.WordIndex.TAG` for the POS tags, `WORD_START` for the other pieces
+    that start a word (`▁...`) and for EOS, `OTHER` for the rest."""
+    from keras_transformer.layers.positional import WordIndex
+
+    constraint = TreeConstraint.from_tokenizer(tokenizer)
+    kinds = np.where(constraint.word_starts.numpy(), WordIndex.WORD_START, WordIndex.OTHER)
+    kinds[constraint.kinds.numpy() == TAG] = WordIndex.TAG
+    kinds[EOS_ID] = WordIndex.WORD_START
+    return kinds.astype(np.int32)

@@ -78,7 +78,8 @@ def check_ctranslate2_config(config):
 
     CTranslate2 derives the head width as hidden_dim / num_heads, so `key_dim` and
     `value_dim` must be unset or equal to it; its self-attention is never restricted to a
-    window (`attention_window`); the feed-forward activation must be one of `ACTIVATIONS`.
+    window (`attention_window`); its positions count tokens, not words (`word_positions`); the
+    feed-forward activation must be one of `ACTIVATIONS`.
     """
     head_dim = config.hidden_dim // config.num_heads
     for name in ("key_dim", "value_dim"):
@@ -92,6 +93,11 @@ def check_ctranslate2_config(config):
         raise ValueError(
             f"CTranslate2 cannot express attention_window={config.attention_window}: its self-attention "
             f"attends to every position. Received: attention_window={config.attention_window}"
+        )
+    if getattr(config, "word_positions", False):
+        raise ValueError(
+            "CTranslate2 cannot express word_positions=True: its position encodings count tokens, not words. "
+            "Received: word_positions=True"
         )
     name = _activation_name(config.activation)
     if name not in ACTIVATIONS:

@@ -237,7 +237,10 @@ class TranslationModule(tf.Module):
         target_in = tf.concat([bos, pieces], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
         target_out = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
-        logits = self.model.decode(target_in, encoder_outputs, source_mask)  # (B, T, V)
+        extra = {}
+        if getattr(self.model, "uses_word_window", False):  # config.word_window: the source's word of each piece
+            extra["source_word_positions"] = self.model.source_word_positions(source_ids)
+        logits = self.model.decode(target_in, encoder_outputs, source_mask, **extra)  # (B, T, V)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
         token_log_probs = tf.gather(log_probs, target_out, batch_dims=2)  # (B, T)
         weights = tf.cast(tf.not_equal(target_out, PAD_ID), tf.float32)

@@ -17,6 +17,7 @@ from keras_transformer.layers.checks import (
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
+TOKENIZER_TYPES = ("unigram", "bpe")  # SentencePiece model types a run's tokenizer is trained with
 
 
 def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_rate_decay"):
@@ -45,6 +46,7 @@ ARCHITECTURE_FIELDS = (
     "layer_norm_epsilon",
     "normalize_first",
     "positional",
+    "word_positions",
     "max_length",
     "share_embeddings",
     "tie_output",
@@ -57,6 +59,9 @@ class TransformerConfig:
 
     Model:
         vocabulary_size: shared source/target vocabulary (37,000 BPE tokens in the paper).
+        tokenizer_type: the SentencePiece model a new run trains for that vocabulary:
+            "unigram" (the default) or "bpe" (the paper's byte-pair encoding). Not part of
+            the architecture: a resumed run keeps the tokenizer it has.
         num_encoder_layers, num_decoder_layers: N.
         hidden_dim: d_model.
         intermediate_dim: d_ff.
@@ -72,6 +77,15 @@ class TransformerConfig:
         layer_norm_epsilon: LayerNorm epsilon.
         normalize_first: pre-LN (False = the paper's post-LN).
         positional: "sinusoidal" (paper) or "learned" (Table 3 row E).
+        word_positions: for parsing (linearized trees, docs/parsing.md): half of each
+            sinusoidal position vector encodes the token's position, half the index of the
+            word it belongs to (source: the word of each piece; target: the number of POS
+            tags so far, i.e. the word whose tag comes next), so that encoder-decoder
+            attention can find the current word (`layers.positional.WordIndex`). Sinusoidal
+            positions only; False (the paper) for translation.
+        word_window: with `word_positions`, encoder-decoder attention sees only the source
+            pieces of the words at most this far from the current word (0: that word's
+            pieces only; EOS counts as the word after the last); `None`: every piece.
         max_length: longest source/target sequence in tokens (learned positions, buffers).
         share_embeddings: one embedding matrix for source and target tokens.
         tie_output: reuse the target embedding matrix as the pre-softmax projection.
@@ -89,6 +103,7 @@ class TransformerConfig:
     """
 
     vocabulary_size: int = 37000
+    tokenizer_type: str = "unigram"
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
     hidden_dim: int = 512
@@ -104,6 +119,8 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     normalize_first: bool = False
     positional: str = "sinusoidal"
+    word_positions: bool = False
+    word_window: Optional[int] = None
     max_length: int = 256
     share_embeddings: bool = True
     tie_output: bool = True
@@ -135,6 +152,10 @@ class TransformerConfig:
         for name in ("key_dim", "value_dim", "attention_window"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
+        if self.word_window is not None:
+            check_non_negative_int("word_window", self.word_window)
+            if not self.word_positions:
+                raise ValueError(f"word_window needs word_positions=True. Received: word_window={self.word_window}")
         if self.key_dim is None and self.hidden_dim % self.num_heads:
             raise ValueError(
                 "num_heads must divide hidden_dim (d_model) when key_dim is not given. "
@@ -142,8 +163,17 @@ class TransformerConfig:
             )
         for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             check_rate(name, getattr(self, name))
+        if self.tokenizer_type not in TOKENIZER_TYPES:
+            raise ValueError(
+                f"tokenizer_type must be one of {TOKENIZER_TYPES}. Received: tokenizer_type={self.tokenizer_type!r}"
+            )
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}")
+        if self.word_positions and (self.positional != "sinusoidal" or self.hidden_dim % 4):
+            raise ValueError(
+                "word_positions needs sinusoidal positions and a hidden_dim divisible by 4 (two sinusoid halves). "
+                f"Received: positional={self.positional!r}, hidden_dim={self.hidden_dim}"
+            )
         if not self.layer_norm_epsilon > 0:
             raise ValueError(f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}")
         check_learning_rate_decay(self.learning_rate_decay, self.warmup_steps, self.train_steps)
@@ -230,10 +260,12 @@ PRESETS = {
     ),
     "ptb_sample": (
         "Parsing recipe for the Penn Treebank sample on a 2-core CPU (docs/parsing.md): the tiny "
-        "architecture with a 2,000-piece vocabulary, P_drop 0.3, sequences up to 256; the WSJ search "
-        "settings (beam 21, alpha 0.3, output up to input + 300)",
-        dict(**{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256}, dropout=0.3, warmup_steps=320,
-             learning_rate_scale=1.0, train_steps=1600, beam_size=21, length_penalty=0.3, max_output_offset=300),
+        "architecture with a 2,000-piece vocabulary and word positions (encoder-decoder attention on the "
+        "current word only), P_drop 0.1, 3,200 updates at 0.3x the Noam rate decaying linearly, sequences up "
+        "to 256; the WSJ search settings (beam 21, alpha 0.3, output up to input + 300)",
+        dict(**{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256}, dropout=0.1, warmup_steps=320,
+             learning_rate_scale=0.3, learning_rate_decay="linear", train_steps=3200, word_positions=True,
+             word_window=0, beam_size=21, length_penalty=0.3, max_output_offset=300),
     ),
     "ptb_wsj": (
         "Table 4, WSJ only: 4 + 4 layers, d_model 1024 (the base model's other settings), a 16K vocabulary; "

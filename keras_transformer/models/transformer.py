@@ -17,7 +17,7 @@ from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
-from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding
+from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding, WordIndex
 from keras_transformer.models.config import TransformerConfig, get_preset
 
 # The padding id (`data.tokenizer.PAD_ID`, which owns the special ids): not imported from
@@ -90,6 +90,9 @@ class Transformer(keras.Model):
             target_position = PositionEmbedding(config.max_length, dtype=policy, name="target_position_embedding")
         else:
             source_position = target_position = PositionalEncoding(dtype=policy, name="positional_encoding")
+        # With `word_positions`, the table of which pieces start words and which are tags
+        # (set from the tokenizer: `set_word_kinds`).
+        word_index = WordIndex(config.vocabulary_size, name="word_index") if config.word_positions else None
         block_kwargs = dict(
             num_heads=config.num_heads,
             intermediate_dim=config.intermediate_dim,
@@ -133,12 +136,17 @@ class Transformer(keras.Model):
             for layer in self._flatten_layers(include_self=False):  # ours, and Dense; a feed-forward
                 if hasattr(layer, "quantization_config"):  # layer passes its own to the Dense it builds
                     layer.quantization_config = quantization_config
+        self.word_index = word_index
+        # A word window masks encoder-decoder attention per hypothesis (each has its own
+        # current word), so beam copies cannot share one row of cross keys/values and mask.
+        self.supports_shared_cross_cache = config.word_window is None
 
         # --- functional graph ---
         source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
         target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
         encoder_outputs, source_mask = self._encode(source_ids, training=None)
-        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None)
+        source_words = self.source_word_positions(source_ids) if config.word_window is not None else None
+        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None, source_words=source_words)
         super().__init__(inputs={"source_ids": source_ids, "target_ids": target_ids}, outputs=logits, **kwargs)
         # keras.Model's functional constructor ignores `dtype`; set the policy the sub-layers
         # use on the model itself, so that `get_config` (and `.keras` files) keep it.
@@ -182,14 +190,61 @@ class Transformer(keras.Model):
 
     # --- the views used by decoding and export ---
 
-    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None):
+    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None, word_positions=None):
         hidden = embedding(token_ids)  # (B, T, D), scaled by sqrt(D)
-        hidden = hidden + position(hidden, start_index=start_index)
+        if word_positions is None:
+            hidden = hidden + position(hidden, start_index=start_index)
+        else:
+            hidden = hidden + position(hidden, start_index=start_index, word_positions=word_positions)
         return dropout(hidden, training=training)
+
+    @property
+    def uses_word_positions(self):
+        """Whether positions count words (`config.word_positions`): `decode_step` then needs
+        `word_positions` (see `target_word_positions`)."""
+        return self.word_index is not None
+
+    def set_word_kinds(self, kinds):
+        """Set the `word_positions` table: `(V,)` kinds, `layers.WordIndex.OTHER`, `WORD_START`
+        or `TAG` per id (`decoding.tree_constraint.word_kinds(tokenizer)`)."""
+        if self.word_index is None:
+            raise ValueError("set_word_kinds needs a model with word_positions=True")
+        self.word_index.set_kinds(kinds)
+
+    def target_word_positions(self, target_ids):
+        """int `(B, T)`: the word index of each decoder input (`layers.positional.WordIndex.target`)."""
+        return self.word_index.target(ops.convert_to_tensor(target_ids, "int32"))
+
+    @property
+    def uses_word_window(self):
+        """Whether encoder-decoder attention is limited to the current word's neighbours
+        (`config.word_window`): `decode` and `decode_step` then need `source_word_positions`."""
+        return self.config.word_window is not None
+
+    def source_word_positions(self, source_ids):
+        """int `(B, S)`: the word index of each source piece (`layers.positional.WordIndex.source`)."""
+        return self.word_index.source(ops.convert_to_tensor(source_ids, "int32"))
+
+    def _window_mask(self, source_words, target_words):
+        """bool `(B, T, S)`: the source pieces within `word_window` words of each query's word."""
+        distance = ops.abs(ops.expand_dims(source_words, 1) - ops.expand_dims(target_words, 2))
+        return ops.less_equal(distance, self.config.word_window)
+
+    def _check_source_words(self, source_words, method):
+        if (source_words is None) == self.uses_word_window:
+            raise ValueError(
+                f"{method} takes source_word_positions exactly when the model has a word_window. "
+                f"Received: source_word_positions={'None' if source_words is None else 'a tensor'}, "
+                f"config.word_window={self.config.word_window}"
+            )
 
     def _encode(self, source_ids, training=None):
         source_mask = padding_mask(source_ids, PAD_ID)  # (B, S)
-        hidden = self._embed(source_ids, self.source_embedding, self.source_position, self.source_dropout, training=training)
+        words = self.word_index.source(source_ids) if self.word_index is not None else None
+        hidden = self._embed(
+            source_ids, self.source_embedding, self.source_position, self.source_dropout, training=training,
+            word_positions=words,
+        )
         for layer in self.encoder_layers:
             hidden = layer(hidden, padding_mask=source_mask, training=training)  # (B, S, D)
         if "encoder" in self.final_norms:
@@ -203,9 +258,15 @@ class Transformer(keras.Model):
             return self.target_embedding(hidden, reverse=True)  # (B, T, V) float32
         return ops.cast(self.output_projection(hidden), "float32")
 
-    def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False):
+    def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False,
+                source_words=None):
         target_mask = padding_mask(target_ids, PAD_ID)  # (B, T)
-        hidden = self._embed(target_ids, self.target_embedding, self.target_position, self.target_dropout, training=training)
+        words = self.word_index.target(target_ids) if self.word_index is not None else None
+        hidden = self._embed(
+            target_ids, self.target_embedding, self.target_position, self.target_dropout, training=training,
+            word_positions=words,
+        )
+        window = self._window_mask(source_words, words) if source_words is not None else None  # (B, T, S)
         scores = []
         for layer in self.decoder_layers:
             result = layer(
@@ -213,6 +274,7 @@ class Transformer(keras.Model):
                 encoder_outputs,
                 decoder_padding_mask=target_mask,
                 encoder_padding_mask=source_mask,
+                encoder_attention_mask=window,
                 return_attention_scores=return_attention_scores,
                 training=training,
             )
@@ -241,14 +303,19 @@ class Transformer(keras.Model):
         """Self-attention weights of every encoder layer: a list of `(B, H, S, S)`."""
         source_ids = ops.convert_to_tensor(source_ids, "int32")
         source_mask = padding_mask(source_ids, PAD_ID)
-        hidden = self._embed(source_ids, self.source_embedding, self.source_position, self.source_dropout, training=False)
+        words = self.word_index.source(source_ids) if self.word_index is not None else None
+        hidden = self._embed(
+            source_ids, self.source_embedding, self.source_position, self.source_dropout, training=False,
+            word_positions=words,
+        )
         scores = []
         for layer in self.encoder_layers:
             hidden, layer_scores = layer(hidden, padding_mask=source_mask, return_attention_scores=True, training=False)
             scores.append(layer_scores)
         return scores
 
-    def decode(self, target_ids, encoder_outputs, source_padding_mask, training=False, return_attention_scores=False):
+    def decode(self, target_ids, encoder_outputs, source_padding_mask, training=False, return_attention_scores=False,
+               source_word_positions=None):
         """A full (teacher-forced, uncached) decoder pass.
 
         Args:
@@ -257,16 +324,20 @@ class Transformer(keras.Model):
             source_padding_mask: bool `(B, S)` from `encode`.
             return_attention_scores: also return, per decoder layer,
                 `{"self": (B, H, T, T), "cross": (B, H, T, S)}`.
+            source_word_positions: with `config.word_window` (and only then), int `(B, S)`
+                from `source_word_positions(source_ids)`.
 
         Returns:
             float32 logits `(B, T, V)`, or `(logits, scores)`.
         """
+        self._check_source_words(source_word_positions, "decode")
         return self._decode(
             ops.convert_to_tensor(target_ids, "int32"),
             encoder_outputs,
             source_padding_mask,
             training=training,
             return_attention_scores=return_attention_scores,
+            source_words=source_word_positions,
         )
 
     def init_cache(self, encoder_outputs, max_length):
@@ -281,7 +352,8 @@ class Transformer(keras.Model):
         """
         return tuple(layer.init_cache(encoder_outputs, max_length) for layer in self.decoder_layers)
 
-    def decode_step(self, token_ids, cache, cache_index, source_padding_mask):
+    def decode_step(self, token_ids, cache, cache_index, source_padding_mask, word_positions=None,
+                    source_word_positions=None):
         """Decode new target positions with the cache (inference: dropout off).
 
         Args:
@@ -295,19 +367,37 @@ class Transformer(keras.Model):
             cache_index: int scalar, the target position of `token_ids[:, 0]`.
             source_padding_mask: bool `(B, S)` from `encode`, or `(B / C, S)` with a
                 shared encoder-decoder cache.
+            word_positions: with `config.word_positions` (and only then), int `(B, Q)`: the
+                word index of each token, `target_word_positions` of the whole prefix at
+                these positions (the tags before a token are not in the cache's tokens).
+            source_word_positions: with `config.word_window` (and only then), int `(B, S)`
+                from `source_word_positions(source_ids)`, one row per token row (a model
+                with a word window shares no cross cache between beam copies).
 
         Returns:
             `(logits (B, Q, V) float32, cache)`.
         """
+        if (word_positions is None) == self.uses_word_positions:
+            raise ValueError(
+                "decode_step takes word_positions exactly when the model has word_positions=True. "
+                f"Received: word_positions={'None' if word_positions is None else 'a tensor'}, "
+                f"config.word_positions={self.config.word_positions}"
+            )
+        self._check_source_words(source_word_positions, "decode_step")
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         hidden = self._embed(
-            token_ids, self.target_embedding, self.target_position, self.target_dropout, start_index=cache_index, training=False
+            token_ids, self.target_embedding, self.target_position, self.target_dropout, start_index=cache_index,
+            training=False, word_positions=word_positions,
         )
+        window = None
+        if source_word_positions is not None:
+            window = self._window_mask(source_word_positions, ops.convert_to_tensor(word_positions, "int32"))  # (B, Q, S)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache):
             hidden, layer_cache = layer(
                 hidden,
                 encoder_padding_mask=source_padding_mask,
+                encoder_attention_mask=window,
                 cache=layer_cache,
                 cache_index=cache_index,
                 training=False,

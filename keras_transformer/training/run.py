@@ -34,8 +34,10 @@ from keras_transformer.training.progress import TerminationSignal
 from keras_transformer.training.trainer import Trainer, write_run_config
 
 
-def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0, whole_words=()):
-    """Load the run's SentencePiece model, or train a joint one on `pairs` and save it there.
+def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0, whole_words=(),
+                      model_type="unigram"):
+    """Load the run's SentencePiece model, or train a joint one (`model_type`: "unigram" or
+    "bpe") on `pairs` and save it there.
 
     Only the chief trains; other workers of a multi-worker run wait for its file.
     """
@@ -48,8 +50,9 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
             time.sleep(0.5)
     if not fs.exists(path):
         sentences = [text for pair in pairs for text in pair]
-        logging.info("Training a %d-piece SentencePiece model on %d sentences", vocabulary_size, len(sentences))
-        train_sentencepiece(sentences, path, vocabulary_size, seed=seed, whole_words=whole_words)
+        logging.info("Training a %d-piece SentencePiece %s model on %d sentences", vocabulary_size, model_type,
+                     len(sentences))
+        train_sentencepiece(sentences, path, vocabulary_size, model_type=model_type, seed=seed, whole_words=whole_words)
     return Tokenizer(path)
 
 
@@ -163,6 +166,7 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief,
+                                  model_type=config.tokenizer_type,
                                   whole_words=whole_words(data.dataset, train_pairs))
 
     def batches(pairs, **kwargs):

@@ -84,6 +84,8 @@ class Trainer:
         self.write_dir = self.model_dir if self.chief else fs.join(self.model_dir, f".worker_{_task_id(self.strategy)}")
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
+            if config.word_positions:
+                self.model.set_word_kinds(_word_kinds(self.model_dir))
             if optimizer is None:
                 self.optimizer = paper_optimizer(
                     config.hidden_dim,
@@ -323,6 +325,17 @@ class Trainer:
 def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):
     """Write the run's config (model config, training options, data settings) into its directory."""
     runs.write_run_config(model_dir, {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})})
+
+
+def _word_kinds(model_dir):
+    """A `word_positions` model's table, from the tokenizer of the run (`runs.tokenizer_path`)."""
+    from keras_transformer.data.tokenizer import Tokenizer
+    from keras_transformer.decoding.tree_constraint import word_kinds
+
+    path = runs.tokenizer_path(model_dir)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"word_positions=True needs the run's tokenizer at {path}, with the tree symbols")
+    return word_kinds(Tokenizer(path))
 
 
 def _seed_states(model):

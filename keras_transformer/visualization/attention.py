@@ -118,7 +118,11 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
 
     encoder_scores = model.encoder_attention_scores(source_ids)
     encoder_outputs, source_mask = model.encode(source_ids)
-    _, decoder_scores = model.decode(decoder_inputs, encoder_outputs, source_mask, return_attention_scores=True)
+    extra = {}
+    if getattr(model, "uses_word_window", False):  # config.word_window: the source's word of each piece
+        extra["source_word_positions"] = model.source_word_positions(source_ids)
+    _, decoder_scores = model.decode(decoder_inputs, encoder_outputs, source_mask, return_attention_scores=True,
+                                     **extra)
 
     def to_numpy(tensor):
         return np.asarray(tensor, np.float32)[0]

@@ -21,7 +21,8 @@ before Keras imports JAX) for `keras.distribution.DataParallel`.
 It writes:
 
 * `OUT_DIR/outputs.npz`: one array per name of `OUTPUT_NAMES`, computed on this backend
-  with dropout off (inference), or with `training=True` and every dropout rate 0; the
+  with dropout off (inference), or with `training=True` and every dropout rate 0; greedy
+  and beam search's token ids and scores (`check_search`); the
   loss's values and gradients (`check_loss`); the losses `model.fit` reports at each step
   and `evaluate`'s after the last (`check_fit`).
 * `OUT_DIR/checks.json`: `{"backend", "checks", "seconds"}`; `checks` holds `{name: {"ok":
@@ -199,9 +200,20 @@ MODELS = {
         MODEL_CONFIG, attention_window=2, normalize_first=True, positional="learned", tie_output=False
     ),
 }
+# The reference builds each model from a fixed seed: random weights this small mostly repeat
+# one token, and these seeds give searches that differ from step to step (and, windowed,
+# hypotheses that end with EOS at different lengths), see `check_search`.
+MODEL_SEEDS = {"transformer": 3, "transformer_windowed": 1}
 SOURCE_LENGTHS, TARGET_LENGTHS = [7, 4], [6, 3]
 SOURCE_LENGTH, TARGET_LENGTH = 7, 6
 MODEL_OUTPUTS = ("logits", "encoder", "decode", "steps", "steps_growing", "training_rate0")
+# The searches (`check_search`): greedy, and beam 4 with alpha 0.6 returning 3 hypotheses,
+# up to source length + 8 tokens. On TensorFlow `decoding.greedy_search` / `beam_search` are
+# the `tf.while_loop` searches; elsewhere they run `decoding.portable`. Token ids must be
+# equal; scores are sums of float32 log-probabilities.
+SEARCH = dict(max_output_offset=8)
+BEAM = dict(beam_size=4, length_penalty=0.6, num_return=3)
+SEARCH_OUTPUTS = ("greedy_ids", "greedy_scores", "beam_ids", "beam_scores")
 
 FUNCTION_OUTPUTS = (
     "functions/scaled_dot_product_attention",
@@ -260,12 +272,23 @@ FIT_MODEL = dict(
 FIT_FIRST_LOSS_ATOL = 1e-5
 FIT_LOSS_ATOL = 1e-3
 FIT_OUTPUTS = ("fit/first_loss", "fit/losses", "fit/evaluate")
+# After fit, each backend fits FIT_MORE_STEPS more updates on the same batches, saves the
+# weights (`FIT_WEIGHTS`) and translates the first FIT_TRANSLATE_SENTENCES training sources
+# with them (`FIT_TRANSLATIONS`, JSON: sources and the K best texts of each, beam FIT_BEAM);
+# tests/test_backends.py exports those weights through the TensorFlow SavedModel and checks
+# that its `translate_nbest` serves the same texts.
+FIT_MORE_STEPS = 100
+FIT_WEIGHTS = "fit.weights.h5"
+FIT_TRANSLATIONS = "fit_translations.json"
+FIT_TRANSLATE_SENTENCES = 6
+FIT_BEAM = dict(beam_size=4, length_penalty=0.6)
 
 OUTPUT_NAMES = (
     *CASES,
     *FUNCTION_OUTPUTS,
     *(f"{name}/{kind}" for name in CACHED_DECODER_CASES for kind in ("full", "steps", "chunks")),
     *(f"{model}/{kind}" for model in MODELS for kind in MODEL_OUTPUTS),
+    *(f"{model}/search/{kind}" for model in MODELS for kind in SEARCH_OUTPUTS),
     *(f"loss/{case}/{kind}" for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")),
     *FIT_OUTPUTS,
 )
@@ -275,6 +298,7 @@ OUTPUT_ATOL = {
     "fit/first_loss": FIT_FIRST_LOSS_ATOL,
     "fit/losses": FIT_LOSS_ATOL,
     "fit/evaluate": FIT_LOSS_ATOL,
+    **{f"{model}/search/{kind}": 0 for model in MODELS for kind in ("greedy_ids", "beam_ids")},
 }
 
 
@@ -307,13 +331,17 @@ CHECK_NAMES = (
     "dropout/advances",
     "dropout/inference",
     "imports/no_tensorflow",
-    *(f"tensorflow_only/{feature}" for feature in ("search", "trainer", "strategy")),
+    *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "trainer", "strategy")),
     "jax_only/data_parallel",
     *(f"loss/{case}/{kind}_formula" for case in LOSS_CASES for kind in ("value", "gradient")),
     "fit/first_loss_of_the_initial_weights",
 )
 # Checks of one backend only.
-BACKEND_CHECK_NAMES = {"jax": ("fit/data_parallel_devices", "fit/data_parallel_equals_one_device")}
+BACKEND_CHECK_NAMES = {
+    "jax": ("fit/data_parallel_devices", "fit/data_parallel_equals_one_device"),
+    # `decoding.portable` run on TensorFlow gives the `tf.while_loop` searches' outputs.
+    "tensorflow": tuple(f"{model}/search/portable_equals_tensorflow" for model in MODELS),
+}
 
 
 def numpy(tensor):
@@ -502,6 +530,7 @@ def check_model(recorder, out_dir, name):
     config = get_preset("tiny", **MODELS[name])
     inputs = _model_inputs()
     if recorder.reference_dir is None:
+        keras.utils.set_random_seed(MODEL_SEEDS[name])
         model = Transformer(config)
         model(inputs)
         model.save(out_dir / f"{name}.keras")
@@ -532,6 +561,7 @@ def check_model(recorder, out_dir, name):
     real = padding(TARGET_LENGTHS, TARGET_LENGTH)  # padded positions are not decoded one by one
     diff = max_diff(steps[real], numpy(decoded)[real])
     recorder.check(f"{name}/steps_equal_decode", diff <= MAX_ABS_DIFF, f"max |diff| {diff:.3g} at real positions")
+    check_search(recorder, name, model)
 
     # .keras file written and read on this backend; get_config and JSON round trip.
     path = out_dir / f"{name}.{keras.backend.backend()}.keras"
@@ -566,6 +596,29 @@ def check_model(recorder, out_dir, name):
     recorder.same(f"{name}/rate0_equals_inference", rate0, logits)
 
 
+def check_search(recorder, name, model):
+    """Greedy and beam search (`SEARCH`, `BEAM`) on this backend; on TensorFlow, also
+    `decoding.portable` against the `tf.while_loop` searches."""
+    from keras_transformer.decoding import beam_search, greedy_search, portable
+
+    source = _model_inputs()["source_ids"]
+    found = {}
+    found["greedy_ids"], found["greedy_scores"] = greedy_search(model, source, **SEARCH)
+    found["beam_ids"], found["beam_scores"] = beam_search(model, source, **SEARCH, **BEAM)
+    for kind, value in found.items():
+        recorder.output(f"{name}/search/{kind}", value)
+    if keras.backend.backend() != "tensorflow":
+        return
+    ported = dict(zip(("greedy_ids", "greedy_scores"), portable.greedy_search(model, source, **SEARCH)))
+    ported.update(zip(("beam_ids", "beam_scores"), portable.beam_search(model, source, **SEARCH, **BEAM)))
+    same_ids = all(np.array_equal(numpy(ported[kind]), numpy(found[kind])) for kind in ("greedy_ids", "beam_ids"))
+    diff = max(max_diff(numpy(ported[kind]), numpy(found[kind])) for kind in ("greedy_scores", "beam_scores"))
+    recorder.check(
+        f"{name}/search/portable_equals_tensorflow", same_ids and diff <= MAX_ABS_DIFF,
+        f"token ids equal: {same_ids}; scores max |diff| {diff:.3g}",
+    )
+
+
 def check_dropout(recorder, out_dir):
     """`ReplicaDropout` (every dropout of the toolkit) on this backend's generator."""
     rate, ones = 0.3, np.ones((64, 256), "float32")
@@ -598,13 +651,15 @@ def check_only_on(recorder, name, feature, runs_on):
 
 def check_tensorflow_only(recorder, out_dir):
     """What runs on TensorFlow only: it runs there, and fails elsewhere with one line naming the backend."""
-    from keras_transformer.decoding import greedy_search  # imports TensorFlow (and TensorFlow Text)
+    from keras_transformer.decoding import greedy_search, sample  # imports TensorFlow (and TensorFlow Text)
     from keras_transformer.training import Trainer, create_strategy
 
     config = get_preset("tiny", **MODEL_CONFIG)
     model = Transformer(config)
+    source = _model_inputs()["source_ids"]
     features = {
-        "search": lambda: greedy_search(model, _model_inputs()["source_ids"], max_length=4),
+        "sampling": lambda: sample(model, source, seed=1, max_length=4),
+        "uncached_search": lambda: greedy_search(model, source, max_length=4, use_cache=False),
         "trainer": lambda: Trainer(config, out_dir / "trainer"),
         "strategy": lambda: create_strategy("default"),
     }
@@ -726,6 +781,26 @@ def _fitted(data):
     return model, np.asarray(history.history["loss"], "float32"), np.float32(evaluated), first
 
 
+def translate_fitted(recorder, out_dir, model, data):
+    """Fit on, save the weights and translate with them on this backend (`FIT_TRANSLATIONS`)."""
+    import tensorflow as tf
+
+    from keras_transformer.data import Tokenizer, builtin_task
+    from keras_transformer.decoding import beam_search
+    from keras_transformer.decoding.text import decode_text, encode_source
+
+    inputs = {key: data[key] for key in ("source_ids", "target_ids")}
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, data["labels"])).repeat()
+    model.fit(dataset, epochs=1, steps_per_epoch=FIT_MORE_STEPS, shuffle=False, verbose=0)
+    model.save_weights(out_dir / FIT_WEIGHTS)
+    tokenizer = Tokenizer((recorder.reference_dir or out_dir) / "fit_spm.model")
+    sources = [source for source, _ in builtin_task("train")[:FIT_TRANSLATE_SENTENCES]]
+    source_ids = encode_source(tokenizer, sources, FIT_LENGTH).numpy()
+    token_ids, _ = beam_search(model, source_ids, num_return=FIT_BEAM["beam_size"], **FIT_BEAM)
+    texts = [[text.decode() for text in row] for row in decode_text(tokenizer, numpy(token_ids)).numpy()]
+    (out_dir / FIT_TRANSLATIONS).write_text(json.dumps({"sources": sources, "texts": texts}))
+
+
 def check_fit(recorder, out_dir):
     """`model.fit` with `LabelSmoothedCrossEntropy` on the built-in task's batches; on JAX also
     under `keras.distribution.DataParallel` on JAX_DEVICES devices."""
@@ -742,6 +817,7 @@ def check_fit(recorder, out_dir):
     initial.set_weights([data[f"weight_{index}"] for index in range(len(initial.weights))])
     direct = LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)(first[1], initial(first[0]))
     recorder.same("fit/first_loss_of_the_initial_weights", losses[0], direct, atol=FIT_FIRST_LOSS_ATOL)
+    recorder.run("fit_translate", translate_fitted, out_dir, model, data)
     recorder.run("fit_data_parallel", check_data_parallel, data, losses, evaluated)
 
 

@@ -10,9 +10,10 @@ and runs the backend's own checks (`.keras` save and load, `get_config`, cached 
 against a full pass, implicit masks, dropout, the loss against its formula, and on JAX
 `fit` under `keras.distribution.DataParallel` on two CPU devices against `fit` on one).
 One test per output compares it with TensorFlow's (max |diff| <= 1e-5, float32; the loss
-and its gradient 1e-6, fit's losses after Adam updates 1e-3, see `backend_harness`); one
-test per check reports it. What runs on TensorFlow only (the training loop, the searches,
-export and the scripts) fails there with one line naming the backend.
+and its gradient 1e-6, fit's losses after Adam updates 1e-3, greedy and beam search's token
+ids exactly, see `backend_harness`); one test per check reports it. What runs on TensorFlow
+only (the training loop, sampling, the uncached and constrained searches, export and the
+scripts) fails there with one line naming the backend.
 
 Dropout is compared where backends can agree: with dropout off, and with `training=True`
 and every rate 0. Its masks come from each backend's own random generator, so each
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import backend_harness
+from tests import backend_harness, runtimes
 from tests.scripts import run_script, script_environment
 
 HARNESS = str(Path(__file__).resolve().parent / "backend_harness.py")
@@ -84,6 +85,7 @@ def results(request, reference, tmp_path_factory):
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
     found = _load(out_dir)
     found["seconds"] = time.monotonic() - started
+    found["dir"] = out_dir
     return found
 
 
@@ -129,11 +131,55 @@ def test_backend_check_holds_on_its_backend(results, backend, name):
     assert check["ok"], f"{backend} {name}: {check['detail']}"
 
 
-@pytest.mark.parametrize("name", backend_harness.CHECK_NAMES)
+@pytest.mark.parametrize("name", (*backend_harness.CHECK_NAMES, *backend_harness.BACKEND_CHECK_NAMES["tensorflow"]))
 def test_check_holds_on_tensorflow(reference, name):
     check = reference[1]["checks"].get(name)
     assert check is not None, f"the TensorFlow run did not check {name} (see test_no_case_raised)"
     assert check["ok"], f"tensorflow {name}: {check['detail']}"
+
+
+_SERVED = """
+import json
+import sys
+
+import tensorflow as tf
+
+load_sentencepiece_ops()
+case = json.loads(sys.argv[1])
+outputs = tf.saved_model.load(case["export"]).signatures["translate_nbest"](text=tf.constant(case["sources"]))
+print("SERVED=" + json.dumps({"texts": [[text.decode() for text in row] for row in outputs["translations"].numpy()],
+                              "tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+@pytest.mark.parametrize("runtime", runtimes.selected_runtimes())
+def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(results, reference, tmp_path, runtime):
+    """The weights `fit` trained on JAX or PyTorch, loaded into a TensorFlow model and exported
+    with the in-graph tokenizer, answer text in / text out in a clean environment holding only
+    a released model server's TensorFlow and TensorFlow Text with the n-best texts that
+    backend's own beam search gave (`backend_harness.translate_fitted`)."""
+    from keras_transformer import Transformer, get_preset
+    from keras_transformer.data import Tokenizer
+    from keras_transformer.export import TranslationModule, export_saved_model
+    from tests.test_export import run_tensorflow_only
+
+    translated = json.loads((results["dir"] / backend_harness.FIT_TRANSLATIONS).read_text())
+    sources, texts = translated["sources"], translated["texts"]
+    assert len({text for row in texts for text in row}) > len(sources), f"{results['backend']}'s fitted model: {texts}"
+    config = get_preset("tiny", **backend_harness.FIT_MODEL)
+    model = Transformer(config)
+    model({"source_ids": np.ones((1, 2), "int32"), "target_ids": np.ones((1, 2), "int32")})
+    model.load_weights(results["dir"] / backend_harness.FIT_WEIGHTS)
+    tokenizer = Tokenizer(reference[0] / "fit_spm.model")
+    exported = export_saved_model(
+        TranslationModule(model, tokenizer, **backend_harness.FIT_BEAM), tmp_path, "fit", warmup_sentences=sources[:1]
+    )
+    python, _, _ = runtimes.runtime_python(runtime)
+    stdout = run_tensorflow_only(str(python), _SERVED, json.dumps({"export": str(exported.path), "sources": sources}))
+    served = json.loads(stdout.split("SERVED=")[1])
+    assert served["tensorflow"].startswith(runtime + ".")
+    assert not {"keras", "keras_transformer"} & set(served["modules"])
+    assert served["texts"] == texts
 
 
 def test_a_script_on_another_backend_fails_in_one_line(tmp_path):

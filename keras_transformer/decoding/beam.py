@@ -30,6 +30,8 @@ import math
 import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
+from keras_transformer.decoding import portable
+from keras_transformer.decoding.greedy import on_tensorflow
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.steps import loop_shape_invariants, make_step
@@ -91,10 +93,17 @@ def beam_search(
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((2, 2, 8), (2, 2))
 
+    On JAX and PyTorch this runs `portable.beam_search` (the same outputs); `use_cache=False`
+    and `constraint` need TensorFlow.
+
     References:
         Vaswani et al., 2017, section 6.1; Wu et al., 2016 (GNMT), section 7.
     """
     _check_beam_arguments(beam_size, length_penalty, num_return)
+    if not on_tensorflow("beam search", use_cache, constraint):
+        return portable.beam_search(
+            model, source_ids, beam_size, length_penalty, max_output_offset, max_length, num_return
+        )
     alpha = float(length_penalty)
     step_fn = make_step(model, use_cache)
     source_ids = lengths_lib.as_source_ids(source_ids)

@@ -10,14 +10,29 @@ length limit (see `lengths.py`).
 
 import math
 
+import keras
 import tensorflow as tf
 
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding import lengths as lengths_lib
+from keras_transformer.decoding import portable
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding.steps import loop_shape_invariants, make_step
 
 # 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.
 _UNIT = 1.0 / (1 << 24)
+
+
+def on_tensorflow(search, use_cache=True, constraint=None):
+    """Whether Keras runs on TensorFlow; elsewhere, what only the TensorFlow searches do
+    (no cache, a constraint) raises one line naming the backend."""
+    if keras.backend.backend() == "tensorflow":
+        return True
+    if not use_cache:
+        require_tensorflow(f"{search} without the cache (use_cache=False)")
+    if constraint is not None:
+        require_tensorflow(f"{search} with a constraint ({type(constraint).__name__})")
+    return False
 
 
 def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, constraint=None):
@@ -94,7 +109,12 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
     >>> token_ids, scores = greedy_search(model, [[5, 6, 7, 3]], max_length=8)
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((1, 8), (1,))
+
+    On JAX and PyTorch this runs `portable.greedy_search` (the same outputs); `use_cache=False`
+    and `constraint` need TensorFlow.
     """
+    if not on_tensorflow("greedy search", use_cache, constraint):
+        return portable.greedy_search(model, source_ids, max_length=max_length, max_output_offset=max_output_offset)
 
     def choose(logits, log_probs, index):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)

@@ -1,5 +1,8 @@
 """Special token ids, output-length limits and the GNMT length penalty used by every search.
 
+`length_penalty`, `source_lengths`, `output_limits` and `mask_banned` are `keras.ops`: the
+TensorFlow searches and the searches of every backend (`portable.py`) share them.
+
 Shape letters: B batch, S source length (padded), L output buffer length.
 
 Length conventions shared by `greedy_search`, `sample` and `beam_search`:
@@ -17,6 +20,7 @@ Length conventions shared by `greedy_search`, `sample` and `beam_search`:
 import math
 
 import tensorflow as tf
+from keras import ops
 
 from keras_transformer.data.tokenizer import BOS_ID, PAD_ID
 from keras_transformer.layers.checks import check_non_negative_int, check_positive_int
@@ -34,10 +38,10 @@ def length_penalty(length, alpha):
         alpha: float >= 0; 0 turns the penalty off (lp = 1).
 
     Returns:
-        float32 tensor of `length`'s shape.
+        float32 tensor of `length`'s shape (a tensor of the Keras backend).
     """
-    length = tf.cast(length, tf.float32)
-    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+    length = ops.cast(length, "float32")
+    return ops.power((5.0 + length) / 6.0, ops.cast(alpha, "float32"))
 
 
 def as_source_ids(source_ids):
@@ -52,7 +56,7 @@ def as_source_ids(source_ids):
 
 def source_lengths(source_ids):
     """Number of non-PAD tokens of each source: int32 `(B,)`."""
-    return tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+    return ops.sum(ops.cast(ops.not_equal(source_ids, PAD_ID), "int32"), axis=1)
 
 
 def _position_limit(model):
@@ -99,11 +103,11 @@ def buffer_length(model, source_ids, max_length=None, max_output_offset=50):
 
 def output_limits(source_ids, buffer_size, max_output_offset):
     """Per-sentence maximum output length `min(source_length + offset, L)`: int32 `(B,)`."""
-    return tf.minimum(source_lengths(source_ids) + max_output_offset, buffer_size)
+    return ops.minimum(source_lengths(source_ids) + max_output_offset, buffer_size)
 
 
 def mask_banned(log_probs):
     """Set the log-probabilities (or logits) of `BANNED_IDS` to -inf. `(..., V)` -> `(..., V)`."""
-    vocabulary_size = tf.shape(log_probs)[-1]
-    banned = tf.reduce_any(tf.equal(tf.range(vocabulary_size)[:, None], tf.constant(BANNED_IDS)[None, :]), axis=1)  # (V,)
-    return tf.where(banned, tf.constant(-math.inf, log_probs.dtype), log_probs)
+    vocabulary_size = ops.shape(log_probs)[-1]
+    banned = ops.any(ops.equal(ops.arange(vocabulary_size)[:, None], ops.array(BANNED_IDS, "int32")[None, :]), axis=1)  # (V,)
+    return ops.where(banned, ops.cast(-math.inf, log_probs.dtype), log_probs)

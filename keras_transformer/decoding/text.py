@@ -6,6 +6,8 @@ translation made in Python and one made by the exported model go through identic
 Shape letters: B batch, S source length, L output length, R hypotheses per sentence.
 """
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
@@ -62,6 +64,9 @@ def decode_text(tokenizer, token_ids):
 def translate(model, tokenizer, texts, method="beam", max_source_length=None, **search_options):
     """Translate a list of strings with a trained model (eager convenience wrapper).
 
+    On TensorFlow the search runs as a `tf.function` (`make_search_fn`); on JAX and PyTorch
+    greedy and beam search run `decoding.portable`.
+
     Args:
         model: a `Transformer`.
         tokenizer: the run's `data.Tokenizer`.
@@ -74,10 +79,16 @@ def translate(model, tokenizer, texts, method="beam", max_source_length=None, **
     Returns:
         `(translations: list[str], scores: list[float])` (the best hypothesis for beam).
     """
-    from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
+    from keras_transformer.decoding.options import check_method
+    from keras_transformer.decoding.searcher import METHODS, best_hypotheses, make_search_fn
 
     source_ids = encode_source(tokenizer, list(texts), max_source_length or model.config.max_length)
-    outputs = make_search_fn(model, method, **search_options)(source_ids)
+    if keras.backend.backend() == "tensorflow":
+        outputs = make_search_fn(model, method, **search_options)(source_ids)
+    else:  # `decoding.portable`'s searches (sampling raises, naming the backend)
+        check_method(method)
+        found = METHODS[method](model, source_ids.numpy(), **search_options)
+        outputs = dict(zip(("token_ids", "scores"), (keras.ops.convert_to_numpy(value) for value in found)))
     token_ids, scores = best_hypotheses(outputs["token_ids"], outputs["scores"])
     texts = [text.decode("utf-8") for text in decode_text(tokenizer, token_ids).numpy()]
-    return texts, [float(score) for score in scores.numpy()]
+    return texts, [float(score) for score in np.asarray(scores)]

@@ -21,7 +21,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_transformer.layers.tracing import in_xla_context
+from keras_transformer.layers.tracing import in_xla_context, needs_static_shapes
 from keras_transformer.layers.windowed_attention import in_band
 
 # A growing self-attention cache (`MultiHeadAttention.init_cache(B, None)`): these keys
@@ -69,7 +69,8 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
 
     A preallocated buffer gets them at slots `start .. start + Q - 1` (`write_positions`),
     and the keys/values to attend over are the written prefix (under XLA, which needs
-    static shapes, the whole buffer; the causal mask with offset `start` hides the rest).
+    static shapes, and when JAX traces `start`, the whole buffer; the causal mask with
+    offset `start` hides the rest).
     A growing cache gets them appended: it then holds exactly `start + Q` positions.
 
     Args:
@@ -86,6 +87,7 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
     """
     written = start + query_length
     growing = is_growing(cache)
+    static = needs_static_shapes(start)
     key_buffer, value_buffer = buffers(cache)
     if growing:  # exactly the positions decoded so far, then the new ones
         keys = ops.concatenate([key_buffer, new_keys], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dk)
@@ -95,9 +97,9 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
         keys = write_positions(key_buffer, new_keys, start)
         values = write_positions(value_buffer, new_values, start)
         cache = {"key": keys, "value": values}
-        if not in_xla_context():  # attend over the written prefix only
+        if not static:  # attend over the written prefix only
             keys, values = keys[:, :, :written], values[:, :, :written]
-    if attention_mask is not None and (growing or not in_xla_context()):
+    if attention_mask is not None and (growing or not static):
         attention_mask = attention_mask[:, :, :written]
     return keys, values, cache, attention_mask
 

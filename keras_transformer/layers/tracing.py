@@ -1,4 +1,4 @@
-"""Whether the TensorFlow code being traced will be compiled by XLA.
+"""Whether the code being traced will be compiled by XLA (and so needs static shapes).
 
 Cached decoding picks its shapes with this: outside XLA, attention reads only the written
 prefix of the key/value buffer (a shape that changes every step, which TensorFlow graphs
@@ -25,3 +25,15 @@ def in_xla_context():
     if tf.executing_eagerly():
         return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def needs_static_shapes(value=None):
+    """True when shapes must be static: TensorFlow under XLA (`in_xla_context`), or `value`
+    traced by JAX (inside `jax.jit` or a `lax` loop, e.g. `ops.while_loop`). PyTorch runs
+    eagerly: False.
+    """
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    return in_xla_context()

@@ -16,6 +16,7 @@ from keras_transformer.benchmark import (
     training_flops,
 )
 from keras_transformer.benchmark.attention_scaling import ScalingPoint, format_scaling_table, peak_bytes
+from keras_transformer.benchmark.backends import summarize as summarize_backends
 from keras_transformer.benchmark.peers import attention_layers
 from keras_transformer.layers.dropout import ReplicaDropout
 from tests.scripts import run_script
@@ -346,3 +347,31 @@ def test_training_profile_attributes_both_models_ops_to_their_parts():
                      "optimizer (Adam)", OUTSIDE):
             assert result["parts"].get(part, 0.0) > 0, (name, part)
     assert lines[0].splitlines()[0] == "| graph mode, 1 batches | ours | keras-hub |"
+
+
+def test_backend_summary_keeps_each_backends_fastest_round_and_counts_tensorflows_outputs():
+    def run(tokens, sentences, token_ids):
+        return {"training": {"tokens_per_second": tokens},
+                "decoding": {"sentences_per_second": sentences, "output_tokens_per_second": 10 * sentences,
+                             "token_ids": token_ids}}
+
+    results = {
+        "tensorflow": [run(100.0, 4.0, [[5, 3], [6, 3]]), run(200.0, 2.0, [[5, 3], [6, 3]])],
+        "jax": [run(50.0, 8.0, [[5, 3], [7, 3]]), run(150.0, 1.0, [[5, 3], [7, 3]])],
+    }
+    rows = {row["backend"]: row for row in summarize_backends(results)}
+    assert rows["tensorflow"]["training_ratio"] == 1.0 and rows["tensorflow"]["same_outputs"] == "2/2"
+    assert rows["jax"]["training_tokens_per_second"] == 150.0 and rows["jax"]["training_ratio"] == 0.75
+    assert rows["jax"]["beam_sentences_per_second"] == 8.0 and rows["jax"]["beam_ratio"] == 2.0
+    assert rows["jax"]["same_outputs"] == "1/2"
+
+
+def test_backend_benchmark_times_every_backend_on_the_same_batches(trained_run, tmp_path):
+    result = run_script(
+        "benchmark_backends.py", f"--model_dir={trained_run}", f"--work_dir={tmp_path}", "--rounds=1",
+        "--num_batches=2", "--num_sentences=8", "--batch_size=4",
+    )
+    assert "CPU flags:" in result.stdout
+    table = result.stdout.split("same outputs as TF")[1].strip().splitlines()
+    assert [line.split()[0] for line in table] == ["tensorflow", "jax", "torch"]
+    assert all(line.split()[-1] == "8/8" for line in table), result.stdout  # the same beam outputs everywhere

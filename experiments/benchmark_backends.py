@@ -1,0 +1,48 @@
+r"""Speed per Keras backend (keras_transformer.benchmark.backends).
+
+    python experiments/benchmark_backends.py --model_dir=runs/builtin_tiny --work_dir=/tmp/backends
+
+Writes the run's weights, tokenizer, training batches and validation sources to
+--work_dir, then runs --rounds rounds of one fresh process per backend (TensorFlow, JAX,
+PyTorch; the order rotates), each timing `model.fit` over the same batches and beam search
+over the same sources. Prints the machine (CPU flags and peak), every round, and each
+backend's fastest round against TensorFlow's.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import flags  # noqa: E402
+
+from keras_transformer import cli  # noqa: E402
+from keras_transformer.benchmark.backends import BACKENDS, format_summary, prepare, run_rounds, summarize  # noqa: E402
+from keras_transformer.benchmark.peaks import hardware_peak  # noqa: E402
+
+flags.DEFINE_string("model_dir", None, "A trained run directory (config.json, spm.model, checkpoints/).", required=True)
+flags.DEFINE_string("work_dir", None, "Where the shared batches, weights and results go.", required=True)
+flags.DEFINE_list("backends", list(BACKENDS), "Backends to time.")
+flags.DEFINE_integer("rounds", 3, "Rounds of one process per backend.")
+flags.DEFINE_integer("num_batches", 20, "Training batches (one update each).")
+flags.DEFINE_integer("batch_tokens", 2048, "Tokens per training batch.")
+flags.DEFINE_integer("num_sentences", 500, "Validation sentences decoded.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    settings = prepare(FLAGS.work_dir, FLAGS.model_dir, num_batches=FLAGS.num_batches, batch_tokens=FLAGS.batch_tokens,
+                       num_sentences=FLAGS.num_sentences, batch_size=FLAGS.batch_size)
+    search = settings["search"]
+    print(hardware_peak().describe())
+    print(f"training: {settings['num_batches']} batches of {FLAGS.batch_tokens} tokens, dropout "
+          f"{settings['config']['dropout']}, float32; decoding: {settings['num_sentences']} sentences in batches of "
+          f"{FLAGS.batch_size}, beam {search['beam_size']}, alpha {search['length_penalty']}, "
+          f"source length + {search['max_output_offset']}")
+    results = run_rounds(FLAGS.work_dir, backends=tuple(FLAGS.backends), rounds=FLAGS.rounds)
+    print(format_summary(summarize(results)))
+
+
+if __name__ == "__main__":
+    cli.run(main)

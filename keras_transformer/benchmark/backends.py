@@ -1,0 +1,265 @@
+"""Speed per Keras backend: training tokens/s and beam-search sentences/s, same model, same batches.
+
+    python experiments/benchmark_backends.py --model_dir=runs/builtin_tiny
+
+The parent process (TensorFlow) writes one work directory (`prepare`): the run's config,
+tokenizer and weights, a list of bucketed training batches and length-sorted batches of
+source ids. Then, for each of `rounds` rounds, it starts one fresh process per backend
+(`KERAS_BACKEND=...`, `python -m keras_transformer.benchmark.backends WORK_DIR OUT`; the
+order of the backends rotates from round to round) that loads them and times:
+
+* **training**: `model.fit` with the label-smoothed loss and the paper's optimizer over
+  every training batch (one update each, dropout on), after an untimed pass that compiles
+  every batch shape; real target tokens (labels that are not PAD) per second, fastest of
+  `PASSES` passes. On
+  TensorFlow `fit` runs `Transformer`'s own steps, on JAX and PyTorch Keras' steps.
+* **decoding**: beam search (beam K, alpha, source length + offset) over every source
+  batch, after an untimed pass; sentences per second and output tokens per second
+  (fastest of `PASSES` passes). On
+  TensorFlow the search is a `tf.function` (`make_search_fn`); on JAX `decoding.portable`
+  under `jax.jit`; on PyTorch `decoding.portable` eagerly.
+
+Each process also writes the token ids it decoded, so the report states how many
+sentences each backend decoded exactly as TensorFlow did. The report keeps each
+backend's fastest round.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BACKENDS = ("tensorflow", "jax", "torch")
+WEIGHTS = "model.weights.h5"
+TRAIN_BATCHES = "train_batches.npz"
+SOURCE_BATCHES = "source_batches.npz"
+SETTINGS = "settings.json"
+# Timed passes per process over the training batches and over the source batches; each
+# process reports its fastest.
+PASSES = 3
+
+
+def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentences=128, batch_size=32,
+            beam_size=4, length_penalty=0.6, max_output_offset=50):
+    """Write the work directory from run `model_dir` (TensorFlow): config, tokenizer, weights,
+    `num_batches` training batches of the run's corpus and `num_sentences` validation sources."""
+    from keras_transformer.benchmark.decoding import source_batches
+    from keras_transformer.data import make_dataset
+    from keras_transformer.data.sources import load_pairs
+    from keras_transformer.runs import load_run, read_run_config
+
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    model, tokenizer, config = load_run(model_dir)
+    model.save_weights(work_dir / WEIGHTS)
+    tokenizer_file = work_dir / "spm.model"
+    tokenizer_file.write_bytes(tokenizer.model_proto)
+    data = read_run_config(model_dir)[1]["data"]
+
+    def pairs(split):
+        return load_pairs(data["dataset"], split, data["src_lang"], data["tgt_lang"], data["data_dir"], data["files"])
+
+    train = pairs("train")
+    batches = list(
+        make_dataset(train, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False)
+        .take(num_batches)
+        .as_numpy_iterator()
+    )
+    arrays = {}
+    for index, (inputs, labels) in enumerate(batches):
+        arrays[f"source_ids_{index}"] = inputs["source_ids"]
+        arrays[f"target_ids_{index}"] = inputs["target_ids"]
+        arrays[f"labels_{index}"] = labels
+    np.savez(work_dir / TRAIN_BATCHES, **arrays)
+    sources = [source for source, _ in pairs("val")[:num_sentences]]
+    decode = source_batches(tokenizer, sources, batch_size, config.max_length)
+    np.savez(work_dir / SOURCE_BATCHES, **{f"batch_{index}": np.asarray(ids) for index, ids in enumerate(decode)})
+    settings = {
+        "config": config.to_dict(),
+        "num_batches": len(batches),
+        "num_sentences": len(sources),
+        "batch_size": batch_size,
+        "search": {"beam_size": beam_size, "length_penalty": length_penalty, "max_output_offset": max_output_offset},
+    }
+    (work_dir / SETTINGS).write_text(json.dumps(settings))
+    return settings
+
+
+def _load(work_dir):
+    work_dir = Path(work_dir)
+    settings = json.loads((work_dir / SETTINGS).read_text())
+    with np.load(work_dir / TRAIN_BATCHES) as stored:
+        train = [
+            ({"source_ids": stored[f"source_ids_{i}"], "target_ids": stored[f"target_ids_{i}"]}, stored[f"labels_{i}"])
+            for i in range(settings["num_batches"])
+        ]
+    with np.load(work_dir / SOURCE_BATCHES) as stored:
+        sources = [stored[f"batch_{i}"] for i in range(len(stored.files))]
+    return settings, train, sources
+
+
+def _model(work_dir, settings):
+    from keras_transformer import Transformer
+    from keras_transformer.models.config import TransformerConfig
+
+    config = TransformerConfig.from_dict(settings["config"])
+    model = Transformer(config)
+    model({"source_ids": np.ones((1, 2), "int32"), "target_ids": np.ones((1, 2), "int32")})
+    model.load_weights(Path(work_dir) / WEIGHTS)
+    return model, config
+
+
+def _time_training(model, config, batches):
+    import tensorflow as tf
+
+    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
+
+    model.compile(optimizer=paper_optimizer(config.hidden_dim, config.warmup_steps),
+                  loss=LabelSmoothedCrossEntropy(config.label_smoothing))
+
+    def dataset():
+        return tf.data.Dataset.from_generator(
+            lambda: iter(batches),
+            output_signature=(
+                {key: tf.TensorSpec([None, None], tf.int32) for key in ("source_ids", "target_ids")},
+                tf.TensorSpec([None, None], tf.int32),
+            ),
+        )
+
+    model.fit(dataset(), epochs=1, verbose=0)  # compiles every shape
+    seconds = []
+    for _ in range(PASSES):
+        started = time.perf_counter()
+        model.fit(dataset(), epochs=1, verbose=0)
+        seconds.append(time.perf_counter() - started)
+    tokens = int(sum(np.count_nonzero(labels) for _, labels in batches))
+    return {"seconds": min(seconds), "tokens": tokens, "tokens_per_second": tokens / min(seconds)}
+
+
+def _search_function(model, backend, search):
+    from keras_transformer.decoding import beam_search
+
+    if backend == "tensorflow":
+        from keras_transformer.decoding import make_search_fn
+
+        function = make_search_fn(model, "beam", **search)
+        return lambda ids: function(ids)["token_ids"]
+    if backend == "jax":
+        import jax
+
+        return jax.jit(lambda ids: beam_search(model, ids, **search)[0])
+    return lambda ids: beam_search(model, ids, **search)[0]
+
+
+def _time_decoding(model, backend, sources, search):
+    import keras
+
+    function = _search_function(model, backend, search)
+    for ids in sources:  # compiles every shape
+        keras.ops.convert_to_numpy(function(ids))
+    times = []
+    for _ in range(PASSES):
+        started = time.perf_counter()
+        outputs = [keras.ops.convert_to_numpy(function(ids)) for ids in sources]
+        times.append(time.perf_counter() - started)
+    seconds = min(times)
+    from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
+
+    token_ids = [row[0] for batch in outputs for row in batch]  # the best hypothesis
+    output_tokens = int(sum(np.count_nonzero((row != PAD_ID) & (row != EOS_ID)) for row in token_ids))
+    sentences = len(token_ids)
+    return {
+        "seconds": seconds,
+        "sentences": sentences,
+        "sentences_per_second": sentences / seconds,
+        "output_tokens_per_second": output_tokens / seconds,
+        "token_ids": [row[: np.count_nonzero(row != PAD_ID)].tolist() for row in token_ids],
+    }
+
+
+def worker(work_dir, out_file):
+    """Time training and decoding on this process's backend; write the results as JSON."""
+    import keras
+
+    backend = keras.backend.backend()
+    settings, train, sources = _load(work_dir)
+    model, config = _model(work_dir, settings)
+    decoding = _time_decoding(model, backend, sources, settings["search"])
+    model, config = _model(work_dir, settings)
+    training = _time_training(model, config, train)
+    Path(out_file).write_text(json.dumps({"backend": backend, "training": training, "decoding": decoding}))
+
+
+def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
+    """`rounds` rounds of one fresh process per backend (order rotating); returns each
+    backend's list of results."""
+    results = {backend: [] for backend in backends}
+    for round_index in range(rounds):
+        order = backends[round_index % len(backends):] + backends[: round_index % len(backends)]
+        for backend in order:
+            out_file = Path(work_dir) / f"result_{backend}_{round_index}.json"
+            env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+            if backend == "jax":
+                env.setdefault("JAX_PLATFORMS", "cpu")
+            started = time.monotonic()
+            completed = subprocess.run(
+                [sys.executable, "-m", "keras_transformer.benchmark.backends", str(work_dir), str(out_file)],
+                capture_output=True, text=True, timeout=timeout, env=env,
+            )
+            if completed.returncode != 0:
+                raise RuntimeError(f"the {backend} process failed: {completed.stderr.strip().splitlines()[-1:]}")
+            result = json.loads(out_file.read_text())
+            results[backend].append(result)
+            log(f"round {round_index + 1}/{rounds} {backend}: training {result['training']['tokens_per_second']:.0f} "
+                f"tokens/s, beam {result['decoding']['sentences_per_second']:.2f} sentences/s "
+                f"({time.monotonic() - started:.0f} s with start-up and compilation)")
+    return results
+
+
+def summarize(results, reference="tensorflow"):
+    """Each backend's fastest round, its ratio to `reference`'s and how many decoded
+    sentences equal `reference`'s token for token."""
+    best = {
+        backend: {
+            "training": max(run["training"]["tokens_per_second"] for run in runs),
+            "decoding": max(run["decoding"]["sentences_per_second"] for run in runs),
+            "output_tokens": max(run["decoding"]["output_tokens_per_second"] for run in runs),
+            "token_ids": runs[0]["decoding"]["token_ids"],
+        }
+        for backend, runs in results.items()
+    }
+    base = best[reference]
+    rows = []
+    for backend, found in best.items():
+        same = sum(a == b for a, b in zip(found["token_ids"], base["token_ids"]))
+        rows.append({
+            "backend": backend,
+            "training_tokens_per_second": found["training"],
+            "training_ratio": found["training"] / base["training"],
+            "beam_sentences_per_second": found["decoding"],
+            "beam_ratio": found["decoding"] / base["decoding"],
+            "output_tokens_per_second": found["output_tokens"],
+            "same_outputs": f"{same}/{len(base['token_ids'])}",
+        })
+    return rows
+
+
+def format_summary(rows):
+    header = (f"{'backend':<11} {'train tok/s':>11} {'vs TF':>6} {'beam sent/s':>11} {'vs TF':>6} "
+              f"{'out tok/s':>9}  same outputs as TF")
+    lines = [header]
+    for row in rows:
+        lines.append(
+            f"{row['backend']:<11} {row['training_tokens_per_second']:>11.0f} {row['training_ratio']:>6.2f} "
+            f"{row['beam_sentences_per_second']:>11.2f} {row['beam_ratio']:>6.2f} "
+            f"{row['output_tokens_per_second']:>9.0f}  {row['same_outputs']}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2])

@@ -44,17 +44,22 @@ PASSES = 3
 
 
 def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentences=128, batch_size=32,
-            beam_size=4, length_penalty=0.6, max_output_offset=50):
+            beam_size=None, length_penalty=None, max_output_offset=None):
     """Write the work directory from run `model_dir` (TensorFlow): config, tokenizer, weights,
-    `num_batches` training batches of the run's corpus and `num_sentences` validation sources."""
+    `num_batches` training batches of the run's corpus and `num_sentences` validation sources.
+    The beam settings default to the run config's (`SearchOptions.from_config`)."""
     from keras_transformer.benchmark.decoding import source_batches
     from keras_transformer.data import make_dataset
     from keras_transformer.data.sources import load_pairs
+    from keras_transformer.decoding.options import SearchOptions
     from keras_transformer.runs import load_run, read_run_config
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     model, tokenizer, config = load_run(model_dir)
+    options = SearchOptions.from_config(
+        config, "beam", beam_size=beam_size, length_penalty=length_penalty, max_output_offset=max_output_offset
+    )
     model.save_weights(work_dir / WEIGHTS)
     tokenizer_file = work_dir / "spm.model"
     tokenizer_file.write_bytes(tokenizer.model_proto)
@@ -83,7 +88,8 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
         "num_batches": len(batches),
         "num_sentences": len(sources),
         "batch_size": batch_size,
-        "search": {"beam_size": beam_size, "length_penalty": length_penalty, "max_output_offset": max_output_offset},
+        "search": {"beam_size": options.beam_size, "length_penalty": options.length_penalty,
+                   "max_output_offset": options.max_output_offset},
     }
     (work_dir / SETTINGS).write_text(json.dumps(settings))
     return settings

@@ -4,7 +4,8 @@ Every search is one `tf.while_loop` over a step function (static shapes under XL
 runs eagerly, under `tf.function`, under XLA (`jit_compile=True`) and inside exported
 SavedModels. `CachedStep` uses the model's key/value cache (growing with the output,
 preallocated under XLA); `RecomputeStep` re-runs the full decoder every step (the
-baseline, `use_cache=False`).
+baseline, `use_cache=False`). On JAX and PyTorch, `greedy_search` and `beam_search` run
+`decoding.portable` (the same searches in `keras.ops`, the same outputs).
 
 Example:
 

@@ -76,26 +76,35 @@ def test_evalb_script(evalb_sample_dir):
     assert result.stdout == (evalb_sample_dir / "ptb5.rsl").read_text()
 
 
-def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path):
-    """The exported parser's default signature (`ParsingModule.translate`, saved and loaded back)
-    takes tokenized sentences and returns the trees that `Parser` (parse.py) gives with the same
-    settings. (Only that signature is saved here: export_saved_model traces all five.)"""
+def _parse_with_saved_model(run, sections, tmp_path, extra=()):
+    """`(Parser's trees, the exported default signature's trees)` of the 4 shortest validation
+    sentences (and `extra` inputs) with the same settings."""
     import tensorflow as tf
 
     from keras_transformer.decoding import Parser
-    from keras_transformer.export.parser import ParsingModule, is_parsing_run
+    from keras_transformer.export.parser import ParsingModule
     from keras_transformer.runs import load_run
 
-    assert is_parsing_run(ptb_run)
     sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
     settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
-    model, tokenizer, _ = load_run(ptb_run)
+    model, tokenizer, _ = load_run(run)
     expected = Parser(model, tokenizer, "beam", **settings)(sentences)
     module = ParsingModule(model, tokenizer, **settings)
     tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
     loaded = tf.saved_model.load(str(tmp_path))
-    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + [""]))
-    assert [tree.decode() for tree in outputs["translation"].numpy()] == expected + [""]
+    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + list(extra)))
+    return expected, [tree.decode() for tree in outputs["translation"].numpy()]
+
+
+def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path):
+    """The exported parser's default signature (`ParsingModule.translate`, saved and loaded back)
+    takes tokenized sentences and returns the trees that `Parser` (parse.py) gives with the same
+    settings. (Only that signature is saved here: export_saved_model traces all five.)"""
+    from keras_transformer.export.parser import is_parsing_run
+
+    assert is_parsing_run(ptb_run)
+    expected, served = _parse_with_saved_model(ptb_run, sections, tmp_path, extra=[""])
+    assert served == expected + [""]
 
 
 @pytest.fixture(scope="module")
@@ -127,21 +136,8 @@ def test_word_position_run_keeps_the_table_of_its_tokenizer(ptb_word_run):
 
 
 def test_exported_word_position_parser_returns_the_trees_of_parse(ptb_word_run, sections, tmp_path):
-    import tensorflow as tf
-
-    from keras_transformer.decoding import Parser
-    from keras_transformer.export.parser import ParsingModule
-    from keras_transformer.runs import load_run
-
-    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
-    settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
-    model, tokenizer, _ = load_run(ptb_word_run)
-    expected = Parser(model, tokenizer, "beam", **settings)(sentences)
-    module = ParsingModule(model, tokenizer, **settings)
-    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
-    loaded = tf.saved_model.load(str(tmp_path))
-    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences))
-    assert [tree.decode() for tree in outputs["translation"].numpy()] == expected
+    expected, served = _parse_with_saved_model(ptb_word_run, sections, tmp_path)
+    assert served == expected
 
 
 _PARSER_LOADER = """

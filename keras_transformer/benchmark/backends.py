@@ -164,6 +164,8 @@ def _search_function(model, backend, search):
 def _time_decoding(model, backend, sources, search):
     import keras
 
+    from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
+
     function = _search_function(model, backend, search)
     for ids in sources:  # compiles every shape
         keras.ops.convert_to_numpy(function(ids))
@@ -173,8 +175,6 @@ def _time_decoding(model, backend, sources, search):
         outputs = [keras.ops.convert_to_numpy(function(ids)) for ids in sources]
         times.append(time.perf_counter() - started)
     seconds = min(times)
-    from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
-
     token_ids = [row[0] for batch in outputs for row in batch]  # the best hypothesis
     output_tokens = int(sum(np.count_nonzero((row != PAD_ID) & (row != EOS_ID)) for row in token_ids))
     sentences = len(token_ids)
@@ -194,8 +194,7 @@ def worker(work_dir, out_file):
     backend = keras.backend.backend()
     settings, train, sources = _load(work_dir)
     model, config = _model(work_dir, settings)
-    decoding = _time_decoding(model, backend, sources, settings["search"])
-    model, config = _model(work_dir, settings)
+    decoding = _time_decoding(model, backend, sources, settings["search"])  # leaves the weights as they are
     training = _time_training(model, config, train)
     Path(out_file).write_text(json.dumps({"backend": backend, "training": training, "decoding": decoding}))
 

@@ -99,11 +99,11 @@ def beam_search(
     References:
         Vaswani et al., 2017, section 6.1; Wu et al., 2016 (GNMT), section 7.
     """
-    _check_beam_arguments(beam_size, length_penalty, num_return)
-    if not on_tensorflow("beam search", use_cache, constraint):
+    if not on_tensorflow("beam search", use_cache, constraint):  # it checks the arguments itself
         return portable.beam_search(
             model, source_ids, beam_size, length_penalty, max_output_offset, max_length, num_return
         )
+    _check_beam_arguments(beam_size, length_penalty, num_return)
     alpha = float(length_penalty)
     step_fn = make_step(model, use_cache)
     source_ids = lengths_lib.as_source_ids(source_ids)

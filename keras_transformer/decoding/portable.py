@@ -25,6 +25,7 @@ from keras_transformer.backends import require_tensorflow
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.decoding.steps import map_cache
 
 _NEG_INF = -math.inf
 
@@ -59,16 +60,6 @@ def _next_log_probs(model, target_ids, index, cache, source_mask):
     logits, cache = model.decode_step(tokens, cache, index, source_mask)  # (N, 1, V)
     log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"), axis=-1)
     return lengths_lib.mask_banned(log_probs), cache
-
-
-def _map_self_attention(cache, fn):
-    """`fn` on every tensor of `cache` outside its `"cross"` entries (identical for a
-    sentence's copies, and a reorder never crosses sentences)."""
-    if isinstance(cache, dict):
-        return {key: value if key == "cross" else _map_self_attention(value, fn) for key, value in cache.items()}
-    if isinstance(cache, (list, tuple)):
-        return type(cache)(_map_self_attention(value, fn) for value in cache)
-    return fn(cache)
 
 
 def greedy_search(model, source_ids, max_length=None, max_output_offset=50):
@@ -189,7 +180,8 @@ def beam_search(model, source_ids, beam_size=4, length_penalty=0.6, max_output_o
         picked = ops.cast(picked, "int32")
         alive_ids = _gather_beams(top_ids, picked)
         parent_rows = ops.reshape(_gather_beams(parents, picked) + sentence_rows, (-1,))  # (N,)
-        cache = _map_self_attention(cache, lambda tensor: ops.take(tensor, parent_rows, axis=0))
+        # The "cross" keys/values are identical for a sentence's copies: left as they are.
+        cache = map_cache(cache, lambda tensor: ops.take(tensor, parent_rows, axis=0), cross=False)
 
         # 4. early stopping: can any alive hypothesis still beat the num_return-th finished?
         bound = ops.max(alive_log_probs, axis=1) / best_possible_penalty  # (B,)

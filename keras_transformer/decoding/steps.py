@@ -56,7 +56,7 @@ def reorder_cache(cache, indices):
     so this copies `t` positions per row at step `t`; a preallocated `(N, H, L, D)`
     buffer (under XLA) is gathered whole, `L` slots per row.
     """
-    return _map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
+    return map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
 
 
 def _shares_cross_cache(model):
@@ -146,7 +146,7 @@ class CachedStep:
             return tf.nest.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
 
         if shared:  # tile only the self-attention buffers
-            cache = _map_cache(cache, tile, cross=False)
+            cache = map_cache(cache, tile, cross=False)
         else:
             cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
             source_mask = tile_rows(source_mask, num_copies)
@@ -173,7 +173,7 @@ class CachedStep:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
             rows = sentences if _shares_cross_cache(self.model) else indices
-            cache = _map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
+            cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
             source_mask = tf.gather(source_mask, rows)
             if source_words is not None:  # never shared
                 source_words = tf.gather(source_words, indices)
@@ -183,16 +183,16 @@ class CachedStep:
         return state
 
 
-def _map_cache(cache, fn, cross):
+def map_cache(cache, fn, cross):
     """Apply `fn` to each sub-structure under a `"cross"` key (`cross=True`), or to each
     tensor outside them (`cross=False`); the rest of `cache` is returned as it is."""
     if isinstance(cache, dict):
         return {
-            key: (fn(value) if cross else value) if key == "cross" else _map_cache(value, fn, cross)
+            key: (fn(value) if cross else value) if key == "cross" else map_cache(value, fn, cross)
             for key, value in cache.items()
         }
     if isinstance(cache, (list, tuple)):
-        return type(cache)(_map_cache(value, fn, cross) for value in cache)
+        return type(cache)(map_cache(value, fn, cross) for value in cache)
     return cache if cross else fn(cache)
 
 

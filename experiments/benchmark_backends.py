@@ -4,9 +4,10 @@ r"""Speed per Keras backend (keras_transformer.benchmark.backends).
 
 Writes the run's weights, tokenizer, training batches and validation sources to
 --work_dir, then runs --rounds rounds of one fresh process per backend (TensorFlow, JAX,
-PyTorch; the order rotates), each timing `model.fit` over the same batches and beam search
-over the same sources. Prints the machine (CPU flags and peak), every round, and each
-backend's fastest round against TensorFlow's.
+PyTorch; the order rotates), each timing `model.fit` over the same batches, beam search
+over the same sources, and keras-hub's generation (`BeamSampler` driving the same model) as
+the anchor on that backend. Prints the machine (CPU flags and peak), every round, and each
+backend's fastest round against TensorFlow's and against keras-hub's on the same backend.
 """
 
 import os

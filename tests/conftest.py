@@ -76,3 +76,11 @@ def trained_run(tmp_path_factory):
     options = TrainOptions(batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False)
     train_translation(config, run_dir, options, DataOptions("builtin"))
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def run_model(trained_run):
+    """`(model, tokenizer, config)` of `trained_run`, loaded once per test module."""
+    from keras_transformer.training import load_run
+
+    return load_run(trained_run)

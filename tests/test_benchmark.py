@@ -17,7 +17,7 @@ from keras_transformer.benchmark import (
 )
 from keras_transformer.benchmark.attention_scaling import ScalingPoint, format_scaling_table, peak_bytes
 from keras_transformer.benchmark.backends import summarize as summarize_backends
-from keras_transformer.benchmark.peers import attention_layers
+from keras_transformer.benchmark.peers import attention_layers, keras_hub_beam_search
 from keras_transformer.layers.dropout import ReplicaDropout
 from tests.scripts import run_script
 
@@ -350,20 +350,46 @@ def test_training_profile_attributes_both_models_ops_to_their_parts():
 
 
 def test_backend_summary_keeps_each_backends_fastest_round_and_counts_tensorflows_outputs():
-    def run(tokens, sentences, token_ids):
+    def run(tokens, sentences, token_ids, keras_hub, keras_hub_ids):
         return {"training": {"tokens_per_second": tokens},
                 "decoding": {"sentences_per_second": sentences, "output_tokens_per_second": 10 * sentences,
-                             "token_ids": token_ids}}
+                             "token_ids": token_ids},
+                "keras_hub_decoding": {"sentences_per_second": keras_hub, "token_ids": keras_hub_ids}}
 
     results = {
-        "tensorflow": [run(100.0, 4.0, [[5, 3], [6, 3]]), run(200.0, 2.0, [[5, 3], [6, 3]])],
-        "jax": [run(50.0, 8.0, [[5, 3], [7, 3]]), run(150.0, 1.0, [[5, 3], [7, 3]])],
+        "tensorflow": [run(100.0, 4.0, [[5], [6]], 1.0, [[5], [6]]), run(200.0, 2.0, [[5], [6]], 2.0, [[5], [6]])],
+        "jax": [run(50.0, 8.0, [[5], [7]], 0.5, [[5], [6]]), run(150.0, 1.0, [[5], [7]], 4.0, [[5], [6]])],
     }
     rows = {row["backend"]: row for row in summarize_backends(results)}
     assert rows["tensorflow"]["training_ratio"] == 1.0 and rows["tensorflow"]["same_outputs"] == "2/2"
     assert rows["jax"]["training_tokens_per_second"] == 150.0 and rows["jax"]["training_ratio"] == 0.75
     assert rows["jax"]["beam_sentences_per_second"] == 8.0 and rows["jax"]["beam_ratio"] == 2.0
     assert rows["jax"]["same_outputs"] == "1/2"
+    # the anchor: each backend's fastest keras-hub round against its own fastest search, same backend
+    assert rows["tensorflow"]["over_keras_hub"] == 2.0 and rows["tensorflow"]["keras_hub_same_as_ours"] == "2/2"
+    assert rows["jax"]["over_keras_hub"] == 2.0 and rows["jax"]["keras_hub_same_as_ours"] == "1/2"
+
+
+def test_keras_hub_sampler_driving_our_model_at_one_beam_is_our_greedy_search(run_model):
+    """The anchor feeds our cached `decode_step` to keras-hub's `BeamSampler` correctly: at
+    one beam both searches take the argmax at every step, so the tokens up to EOS agree."""
+    from keras_transformer.benchmark.decoding import source_batches
+    from keras_transformer.data.tokenizer import EOS_ID
+    from keras_transformer.decoding import greedy_search
+
+    model, tokenizer, _ = run_model
+    texts = ["twenty one", "four hundred thousand three", "seven", "nine hundred ninety nine thousand"]
+    (ids,) = source_batches(tokenizer, texts, len(texts), model.config.max_length)
+    theirs = keras.ops.convert_to_numpy(keras_hub_beam_search(model, ids, beam_size=1, max_output_offset=10))
+    ours = keras.ops.convert_to_numpy(greedy_search(model, ids, max_output_offset=10)[0])
+
+    ended = 0
+    for their_row, our_row in zip(theirs.tolist(), ours.tolist()):
+        # ours stops at EOS or at the sentence's own limit; keras-hub's goes on to the buffer's end
+        length = our_row.index(EOS_ID) + 1 if EOS_ID in our_row else len([t for t in our_row if t])
+        assert their_row[:length] == our_row[:length]
+        ended += EOS_ID in our_row
+    assert ended >= 2  # EOS is where both must stop
 
 
 def test_backend_benchmark_times_every_backend_on_the_same_batches(trained_run, tmp_path):
@@ -372,6 +398,7 @@ def test_backend_benchmark_times_every_backend_on_the_same_batches(trained_run, 
         "--num_batches=2", "--num_sentences=8", "--batch_size=4",
     )
     assert "CPU flags:" in result.stdout
-    table = result.stdout.split("same outputs as TF")[1].strip().splitlines()
+    table = result.stdout.split("keras-hub best = ours")[1].strip().splitlines()
     assert [line.split()[0] for line in table] == ["tensorflow", "jax", "torch"]
-    assert all(line.split()[-1] == "8/8" for line in table), result.stdout  # the same beam outputs everywhere
+    assert all(line.split()[6] == "8/8" for line in table), result.stdout  # the same beam outputs everywhere
+    assert all(float(line.split()[8]) > 0 for line in table), result.stdout  # the keras-hub anchor, per backend

@@ -167,13 +167,6 @@ def test_docstring_examples_run(module_name):
 
 
 @pytest.fixture(scope="module")
-def run_model(trained_run):
-    from keras_transformer.training import load_run
-
-    return load_run(trained_run)
-
-
-@pytest.fixture(scope="module")
 def beam_translator(run_model):
     """The paper's beam search (beam 4, alpha 0.6), traced once for the module."""
     model, tokenizer, _ = run_model

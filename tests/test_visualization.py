@@ -36,13 +36,6 @@ def expected_pixels(size_inches, dpi=100):
 
 
 @pytest.fixture(scope="module")
-def run_model(trained_run):
-    from keras_transformer.training import load_run
-
-    return load_run(trained_run)
-
-
-@pytest.fixture(scope="module")
 def maps(run_model):
     model, tokenizer, _ = run_model
     return attention_maps(model, tokenizer, "twenty one thousand three")

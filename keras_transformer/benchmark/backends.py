@@ -18,10 +18,16 @@ order of the backends rotates from round to round) that loads them and times:
   (fastest of `PASSES` passes). On
   TensorFlow the search is a `tf.function` (`make_search_fn`); on JAX `decoding.portable`
   under `jax.jit`; on PyTorch `decoding.portable` eagerly.
+* **the anchor, keras-hub's generation**: `keras_hub.samplers.BeamSampler` (K beams)
+  driving the same model's cached `decode_step` over the same source batches
+  (`peers.keras_hub_beam_search`), compiled as keras-hub compiles its own generation: XLA
+  on TensorFlow, `jax.jit` on JAX, eager on PyTorch. Its algorithm is keras-hub's (no
+  length penalty, beams go on until every beam of the batch has ended), so its outputs
+  are counted against ours, not required to equal them.
 
-Each process also writes the token ids it decoded, so the report states how many
-sentences each backend decoded exactly as TensorFlow did. The report keeps each
-backend's fastest round.
+Each process also writes the token ids it decoded (the best hypothesis up to EOS), so the
+report states how many sentences each backend decoded exactly as TensorFlow did. The
+report keeps each backend's fastest round.
 """
 
 import json
@@ -146,27 +152,52 @@ def _time_training(model, config, batches):
     return {"seconds": min(seconds), "tokens": tokens, "tokens_per_second": tokens / min(seconds)}
 
 
-def _search_function(model, backend, search):
+def _search_function(model, backend, search, searcher="ours"):
+    """One backend's compiled beam search over a batch of source ids -> token ids `(B, L)`.
+
+    `searcher="ours"`: `decoding.beam_search` (on TensorFlow the exported search,
+    `make_search_fn`). `"keras-hub"`: `peers.keras_hub_beam_search`, compiled as keras-hub
+    compiles its own generation (XLA on TensorFlow).
+    """
     from keras_transformer.decoding import beam_search
 
+    if searcher == "keras-hub":
+        from keras_transformer.benchmark.peers import keras_hub_beam_search
+
+        def search_fn(ids):
+            return keras_hub_beam_search(model, ids, search["beam_size"], search["max_output_offset"])
+    else:
+        def search_fn(ids):
+            return beam_search(model, ids, **search)[0][:, 0]
+
     if backend == "tensorflow":
+        import tensorflow as tf
+
+        if searcher == "keras-hub":
+            return tf.function(search_fn, jit_compile=True)
         from keras_transformer.decoding import make_search_fn
 
         function = make_search_fn(model, "beam", **search)
-        return lambda ids: function(ids)["token_ids"]
+        return lambda ids: function(ids)["token_ids"][:, 0]
     if backend == "jax":
         import jax
 
-        return jax.jit(lambda ids: beam_search(model, ids, **search)[0])
-    return lambda ids: beam_search(model, ids, **search)[0]
+        return jax.jit(search_fn)
+    return search_fn
 
 
-def _time_decoding(model, backend, sources, search):
-    import keras
-
+def _until_eos(row):
+    """A decoded row's tokens up to its first EOS (excluded) or PAD."""
     from keras_transformer.data.tokenizer import EOS_ID, PAD_ID
 
-    function = _search_function(model, backend, search)
+    ends = np.flatnonzero((row == EOS_ID) | (row == PAD_ID))
+    return row[: ends[0] if len(ends) else len(row)].tolist()
+
+
+def _time_decoding(model, backend, sources, search, searcher="ours"):
+    import keras
+
+    function = _search_function(model, backend, search, searcher)
     for ids in sources:  # compiles every shape
         keras.ops.convert_to_numpy(function(ids))
     times = []
@@ -175,15 +206,15 @@ def _time_decoding(model, backend, sources, search):
         outputs = [keras.ops.convert_to_numpy(function(ids)) for ids in sources]
         times.append(time.perf_counter() - started)
     seconds = min(times)
-    token_ids = [row[0] for batch in outputs for row in batch]  # the best hypothesis
-    output_tokens = int(sum(np.count_nonzero((row != PAD_ID) & (row != EOS_ID)) for row in token_ids))
+    token_ids = [_until_eos(row) for batch in outputs for row in batch]  # the best hypothesis
+    output_tokens = sum(len(row) for row in token_ids)
     sentences = len(token_ids)
     return {
         "seconds": seconds,
         "sentences": sentences,
         "sentences_per_second": sentences / seconds,
         "output_tokens_per_second": output_tokens / seconds,
-        "token_ids": [row[: np.count_nonzero(row != PAD_ID)].tolist() for row in token_ids],
+        "token_ids": token_ids,
     }
 
 
@@ -194,9 +225,12 @@ def worker(work_dir, out_file):
     backend = keras.backend.backend()
     settings, train, sources = _load(work_dir)
     model, config = _model(work_dir, settings)
-    decoding = _time_decoding(model, backend, sources, settings["search"])  # leaves the weights as they are
+    # Decoding leaves the weights as they are; training last.
+    decoding = _time_decoding(model, backend, sources, settings["search"])
+    keras_hub_decoding = _time_decoding(model, backend, sources, settings["search"], searcher="keras-hub")
     training = _time_training(model, config, train)
-    Path(out_file).write_text(json.dumps({"backend": backend, "training": training, "decoding": decoding}))
+    Path(out_file).write_text(json.dumps({"backend": backend, "training": training, "decoding": decoding,
+                                          "keras_hub_decoding": keras_hub_decoding}))
 
 
 def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
@@ -220,20 +254,26 @@ def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
             result = json.loads(out_file.read_text())
             results[backend].append(result)
             log(f"round {round_index + 1}/{rounds} {backend}: training {result['training']['tokens_per_second']:.0f} "
-                f"tokens/s, beam {result['decoding']['sentences_per_second']:.2f} sentences/s "
+                f"tokens/s, beam {result['decoding']['sentences_per_second']:.2f} sentences/s, keras-hub's beam "
+                f"{result['keras_hub_decoding']['sentences_per_second']:.2f} sentences/s "
                 f"({time.monotonic() - started:.0f} s with start-up and compilation)")
     return results
 
 
 def summarize(results, reference="tensorflow"):
-    """Each backend's fastest round, its ratio to `reference`'s and how many decoded
-    sentences equal `reference`'s token for token."""
+    """Each backend's fastest round, its ratio to `reference`'s, how many decoded
+    sentences equal `reference`'s token for token, and, where the rounds timed it, the
+    keras-hub anchor on the same backend (ours / keras-hub's sentences per second, and how
+    many of its best beams equal ours)."""
     best = {
         backend: {
             "training": max(run["training"]["tokens_per_second"] for run in runs),
             "decoding": max(run["decoding"]["sentences_per_second"] for run in runs),
             "output_tokens": max(run["decoding"]["output_tokens_per_second"] for run in runs),
             "token_ids": runs[0]["decoding"]["token_ids"],
+            "keras_hub": max((run["keras_hub_decoding"]["sentences_per_second"] for run in runs
+                              if "keras_hub_decoding" in run), default=None),
+            "keras_hub_token_ids": runs[0].get("keras_hub_decoding", {}).get("token_ids"),
         }
         for backend, runs in results.items()
     }
@@ -241,7 +281,7 @@ def summarize(results, reference="tensorflow"):
     rows = []
     for backend, found in best.items():
         same = sum(a == b for a, b in zip(found["token_ids"], base["token_ids"]))
-        rows.append({
+        row = {
             "backend": backend,
             "training_tokens_per_second": found["training"],
             "training_ratio": found["training"] / base["training"],
@@ -249,20 +289,33 @@ def summarize(results, reference="tensorflow"):
             "beam_ratio": found["decoding"] / base["decoding"],
             "output_tokens_per_second": found["output_tokens"],
             "same_outputs": f"{same}/{len(base['token_ids'])}",
-        })
+        }
+        if found["keras_hub"] is not None:
+            agree = sum(a == b for a, b in zip(found["keras_hub_token_ids"], found["token_ids"]))
+            row.update(keras_hub_sentences_per_second=found["keras_hub"],
+                       over_keras_hub=found["decoding"] / found["keras_hub"],
+                       keras_hub_same_as_ours=f"{agree}/{len(found['token_ids'])}")
+        rows.append(row)
     return rows
 
 
 def format_summary(rows):
+    anchor = all("keras_hub_sentences_per_second" in row for row in rows)
     header = (f"{'backend':<11} {'train tok/s':>11} {'vs TF':>6} {'beam sent/s':>11} {'vs TF':>6} "
               f"{'out tok/s':>9}  same outputs as TF")
+    if anchor:
+        header += "  keras-hub beam sent/s  ours/keras-hub  keras-hub best = ours"
     lines = [header]
     for row in rows:
-        lines.append(
+        line = (
             f"{row['backend']:<11} {row['training_tokens_per_second']:>11.0f} {row['training_ratio']:>6.2f} "
             f"{row['beam_sentences_per_second']:>11.2f} {row['beam_ratio']:>6.2f} "
-            f"{row['output_tokens_per_second']:>9.0f}  {row['same_outputs']}"
+            f"{row['output_tokens_per_second']:>9.0f}  {row['same_outputs']:>18}"
         )
+        if anchor:
+            line += (f"  {row['keras_hub_sentences_per_second']:>21.2f}  {row['over_keras_hub']:>14.2f}  "
+                     f"{row['keras_hub_same_as_ours']:>21}")
+        lines.append(line)
     return "\n".join(lines)
 
 

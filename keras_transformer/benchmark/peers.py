@@ -103,3 +103,42 @@ def keras_hub_transformer(config, dtype=None):
         for attention in attention_layers(built):
             _set_attention_dropout(attention, config.attention_dropout)
     return keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer")
+
+
+def keras_hub_beam_search(model, source_ids, beam_size=4, max_output_offset=50):
+    """keras-hub's generation driving our model: `keras_hub.samplers.BeamSampler` over
+    `model.decode_step` with the preallocated key/value cache, on any backend.
+
+    The sampler's own algorithm (docs/keras_hub.md): every beam goes on after its stop token
+    until every beam of the batch has produced one or the buffer (`S + max_output_offset`)
+    is full, ranked by summed log-probability. It repeats and reorders the whole cache,
+    the encoder-decoder keys/values and the source mask included, for each beam.
+
+    Returns:
+        int32 `(B, L)`: the best beam's tokens after BOS (EOS then whatever the beam went on
+        with; cut at the first EOS to read it).
+    """
+    from keras import ops
+
+    from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
+    from keras_transformer.decoding import lengths
+
+    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    batch_size = source_ids.shape[0]
+    buffer_size = lengths.buffer_length(model, source_ids, None, max_output_offset)
+    encoder_outputs, source_mask = model.encode(source_ids)
+    cache = {"layers": model.init_cache(encoder_outputs, buffer_size), "source_mask": source_mask}
+    prompt = ops.concatenate(
+        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")], axis=1
+    )
+    given = ops.arange(buffer_size + 1)[None, :] < 1  # only BOS is given
+
+    def next_logits(prompt, cache, index):  # the token at `index` from the one before it
+        tokens = ops.slice(prompt, (0, index - 1), (ops.shape(prompt)[0], 1))
+        logits, layers = model.decode_step(tokens, cache["layers"], index - 1, cache["source_mask"])
+        return logits[:, 0, :], None, {"layers": layers, "source_mask": cache["source_mask"]}
+
+    sampler = keras_hub.samplers.BeamSampler(num_beams=beam_size)
+    generated = sampler(next_logits, prompt, cache=cache, index=1, mask=ops.broadcast_to(given, ops.shape(prompt)),
+                        stop_token_ids=(EOS_ID,))
+    return generated[:, 1:]

@@ -105,7 +105,7 @@ def keras_hub_transformer(config, dtype=None):
     return keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer")
 
 
-def keras_hub_beam_search(model, source_ids, beam_size=4, max_output_offset=50):
+def keras_hub_beam_search(model, source_ids, beam_size, max_output_offset):
     """keras-hub's generation driving our model: `keras_hub.samplers.BeamSampler` over
     `model.decode_step` with the preallocated key/value cache, on any backend.
 

@@ -332,6 +332,7 @@ CHECK_NAMES = (
     "dropout/inference",
     "imports/no_tensorflow",
     *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "trainer", "strategy")),
+    "search/bad_source_ids",
     "jax_only/data_parallel",
     *(f"loss/{case}/{kind}_formula" for case in LOSS_CASES for kind in ("value", "gradient")),
     "fit/first_loss_of_the_initial_weights",
@@ -667,6 +668,29 @@ def check_tensorflow_only(recorder, out_dir):
         check_only_on(recorder, f"tensorflow_only/{name}", feature, "tensorflow")
 
 
+def check_search_input(recorder, out_dir):
+    """Greedy and beam search refuse source ids that are not integer `(batch, length)` with one
+    ValueError naming the dtype or the shape, on every backend."""
+    from keras_transformer.decoding import beam_search, greedy_search
+
+    model = Transformer(get_preset("tiny", **MODEL_CONFIG))
+    source = _model_inputs()["source_ids"]
+    cases = {
+        "dtype=float32": source.astype("float32"),
+        f"shape={source[:, :, None].shape}": source[:, :, None],
+    }
+    messages = []
+    for search in (greedy_search, beam_search):
+        for expected, ids in cases.items():
+            try:
+                search(model, ids, max_length=4)
+                messages.append(f"{search.__name__} took {expected}")
+            except ValueError as error:
+                if not (str(error).startswith("source_ids must") and str(error).endswith(expected)):
+                    messages.append(f"{search.__name__}: {error}")
+    recorder.check("search/bad_source_ids", not messages, "; ".join(messages) or "4 one-line errors naming the value")
+
+
 def value_and_gradient(function, x):
     """`function(x)` (a scalar) and its gradient with respect to the float32 array `x`, by this
     backend's own autodiff."""
@@ -880,6 +904,7 @@ def run(out_dir, reference_dir=None):
         f"TensorFlow {'imported' if imported else 'not imported'} by `import keras_transformer`",
     )
     recorder.run("tensorflow_only", check_tensorflow_only, out_dir)  # it imports TensorFlow
+    recorder.run("search_input", check_search_input, out_dir)
     recorder.run("loss", check_loss, out_dir)  # the training package imports TensorFlow
     recorder.run("fit", check_fit, out_dir)  # tf.data
     np.savez(out_dir / "outputs.npz", **recorder.outputs)

@@ -1,6 +1,6 @@
 """Special token ids, output-length limits and the GNMT length penalty used by every search.
 
-`length_penalty`, `source_lengths`, `output_limits` and `mask_banned` are `keras.ops`: the
+`as_source_ids`, `length_penalty`, `source_lengths`, `output_limits` and `mask_banned` are `keras.ops`: the
 TensorFlow searches and the searches of every backend (`portable.py`) share them.
 
 Shape letters: B batch, S source length (padded), L output buffer length.
@@ -19,6 +19,7 @@ Length conventions shared by `greedy_search`, `sample` and `beam_search`:
 
 import math
 
+import keras
 import tensorflow as tf
 from keras import ops
 
@@ -45,13 +46,22 @@ def length_penalty(length, alpha):
 
 
 def as_source_ids(source_ids):
-    """Source ids as an int32 `(B, S)` tensor (from any integer tensor, array or nested list)."""
-    source_ids = tf.convert_to_tensor(source_ids)
-    if not source_ids.dtype.is_integer:
-        raise ValueError(f"source_ids must hold integer token ids. Received: dtype={source_ids.dtype.name}")
-    if source_ids.shape.rank is not None and source_ids.shape.rank != 2:
-        raise ValueError(f"source_ids must have shape (batch, length). Received: shape={source_ids.shape}")
-    return tf.cast(source_ids, tf.int32)
+    """Source ids as an int32 `(B, S)` tensor of the backend (from any integer tensor, array or
+    nested list).
+
+    Raises:
+        ValueError: naming the dtype of non-integer ids, or the shape of ids that are not
+            `(batch, length)`.
+    """
+    source_ids = ops.convert_to_tensor(source_ids)
+    dtype = keras.backend.standardize_dtype(source_ids.dtype)
+    if "int" not in dtype:
+        raise ValueError(f"source_ids must hold integer token ids. Received: dtype={dtype}")
+    shape = source_ids.shape  # a TensorShape of unknown rank in a graph traced for any shape
+    rank = shape.rank if isinstance(shape, tf.TensorShape) else len(shape)
+    if rank is not None and rank != 2:
+        raise ValueError(f"source_ids must have shape (batch, length). Received: shape={tuple(shape)}")
+    return ops.cast(source_ids, "int32")
 
 
 def source_lengths(source_ids):

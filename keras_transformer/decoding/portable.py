@@ -30,15 +30,6 @@ from keras_transformer.decoding.steps import map_cache
 _NEG_INF = -math.inf
 
 
-def _source_ids(source_ids):
-    source_ids = ops.convert_to_tensor(source_ids)
-    if "int" not in str(source_ids.dtype):
-        raise ValueError(f"source_ids must hold integer token ids. Received: dtype={source_ids.dtype}")
-    if len(source_ids.shape) != 2:
-        raise ValueError(f"source_ids must have shape (batch, length). Received: shape={tuple(source_ids.shape)}")
-    return ops.cast(source_ids, "int32")
-
-
 def _start(model, source_ids, max_length, max_output_offset, num_copies):
     """Encode once; the cache, source mask and limits with `num_copies` rows per sentence."""
     if getattr(model, "uses_word_positions", False):
@@ -75,7 +66,7 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50):
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((1, 8), (1,))
     """
-    source_ids = _source_ids(source_ids)
+    source_ids = lengths_lib.as_source_ids(source_ids)
     batch_size = source_ids.shape[0]
     buffer_size, limits, cache, source_mask = _start(model, source_ids, max_length, max_output_offset, 1)
     target_ids = ops.concatenate(
@@ -132,7 +123,7 @@ def beam_search(model, source_ids, beam_size=4, length_penalty=0.6, max_output_o
     SearchOptions(beam_size=beam_size, length_penalty=length_penalty, num_return=num_return)  # raises naming the value
     alpha = float(length_penalty)
     k = beam_size
-    source_ids = _source_ids(source_ids)
+    source_ids = lengths_lib.as_source_ids(source_ids)
     batch_size = source_ids.shape[0]
     buffer_size, limits, cache, source_mask = _start(model, source_ids, max_length, max_output_offset, k)
     width = buffer_size + 1

@@ -138,20 +138,6 @@ def test_check_holds_on_tensorflow(reference, name):
     assert check["ok"], f"tensorflow {name}: {check['detail']}"
 
 
-_SERVED = """
-import json
-import sys
-
-import tensorflow as tf
-
-load_sentencepiece_ops()
-case = json.loads(sys.argv[1])
-outputs = tf.saved_model.load(case["export"]).signatures["translate_nbest"](text=tf.constant(case["sources"]))
-print("SERVED=" + json.dumps({"texts": [[text.decode() for text in row] for row in outputs["translations"].numpy()],
-                              "tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
-"""
-
-
 @pytest.mark.parametrize("runtime", runtimes.selected_runtimes())
 def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(results, reference, tmp_path, runtime):
     """The weights `fit` trained on JAX or PyTorch, loaded into a TensorFlow model and exported
@@ -161,7 +147,7 @@ def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(re
     from keras_transformer import Transformer, get_preset
     from keras_transformer.data import Tokenizer
     from keras_transformer.export import TranslationModule, export_saved_model
-    from tests.test_export import run_tensorflow_only
+    from tests.test_export import call_signature_in_runtime
 
     translated = json.loads((results["dir"] / backend_harness.FIT_TRANSLATIONS).read_text())
     sources, texts = translated["sources"], translated["texts"]
@@ -175,11 +161,8 @@ def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(re
         TranslationModule(model, tokenizer, **backend_harness.FIT_BEAM), tmp_path, "fit", warmup_sentences=sources[:1]
     )
     python, _, _ = runtimes.runtime_python(runtime)
-    stdout = run_tensorflow_only(str(python), _SERVED, json.dumps({"export": str(exported.path), "sources": sources}))
-    served = json.loads(stdout.split("SERVED=")[1])
-    assert served["tensorflow"].startswith(runtime + ".")
-    assert not {"keras", "keras_transformer"} & set(served["modules"])
-    assert served["texts"] == texts
+    served = call_signature_in_runtime(python, exported.path, "translate_nbest", runtime=runtime, text=sources)
+    assert served["translations"] == texts
 
 
 def test_a_script_on_another_backend_fails_in_one_line(tmp_path):

@@ -140,32 +140,16 @@ def test_exported_word_position_parser_returns_the_trees_of_parse(ptb_word_run, 
     assert served == expected
 
 
-_PARSER_LOADER = """
-import json
-import sys
-
-import tensorflow as tf
-
-load_sentencepiece_ops()
-case = json.loads(sys.argv[1])
-outputs = tf.saved_model.load(case["export"]).signatures["serving_default"](text=tf.constant(case["sentences"]))
-print("PARSED=" + json.dumps({"trees": [tree.decode() for tree in outputs["translation"].numpy()],
-                              "tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
-"""
-
-
 @pytest.mark.parametrize("runtime", runtimes.selected_runtimes())
 def test_exported_word_position_parser_parses_in_the_serving_runtime(ptb_word_run, sections, tmp_path, runtime):
     """The recipe's parser exported as export.py does it (ops checked against this TensorFlow's model
     server before publishing), loaded in a clean environment holding only a released model server's
     TensorFlow and TensorFlow Text: its trees are those of `parse.py`."""
-    import json
-
     from keras_transformer.decoding import Parser
     from keras_transformer.export import export_saved_model
     from keras_transformer.export.parser import ParsingModule
     from keras_transformer.runs import load_run
-    from tests.test_export import run_tensorflow_only
+    from tests.test_export import call_signature_in_runtime
 
     sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
     settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
@@ -175,9 +159,5 @@ def test_exported_word_position_parser_parses_in_the_serving_runtime(ptb_word_ru
                                 warmup_sentences=sentences[:1], verify=False)
     assert result.ops.ok, result.ops.summary()
     python, _, _ = runtimes.runtime_python(runtime)
-    stdout = run_tensorflow_only(str(python), _PARSER_LOADER,
-                                 json.dumps({"export": str(result.path), "sentences": sentences}))
-    outputs = json.loads(stdout.split("PARSED=")[1])
-    assert outputs["tensorflow"].startswith(runtime + ".")
-    assert not {"keras", "keras_transformer"} & set(outputs["modules"])
-    assert outputs["trees"] == expected
+    outputs = call_signature_in_runtime(python, result.path, "serving_default", runtime=runtime, text=sentences)
+    assert outputs["translation"] == expected

@@ -259,21 +259,6 @@ def windowed_export(run_objects, tmp_path_factory):
     return windowed, tokenizer, translator, result
 
 
-_WINDOWED_LOADER = """
-import json
-import sys
-
-import numpy as np
-import tensorflow as tf
-
-load_sentencepiece_ops()
-case = json.loads(sys.argv[1])
-outputs = tf.saved_model.load(case["export"]).signatures["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
-print("WINDOWED=" + json.dumps({key: np.asarray(value).tolist() for key, value in outputs.items()}
-                               | {"tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
-"""
-
-
 def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(windowed_export, loader_python):
     """A windowed decoder's ring-buffer cache passes the op allowlist of every loading runtime, and the
     export loaded there (a clean process: TensorFlow and TensorFlow Text only) decodes as the full pass."""
@@ -288,13 +273,9 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     full_ids, full_scores = recompute_beam_search(
         windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10
     )  # the export's buffer: S + offset
-    stdout = run_tensorflow_only(
-        python, _WINDOWED_LOADER, json.dumps({"export": str(result.path), "source_ids": source_ids.numpy().tolist()})
-    )
-    outputs = json.loads(stdout.split("WINDOWED=")[1])
-    if runtime != "exporting":
-        assert outputs["tensorflow"].startswith(runtime + "."), outputs["tensorflow"]
-    assert not {"keras", "keras_transformer"} & set(outputs["modules"])
+    outputs = call_signature_in_runtime(python, result.path, "translate_ids",
+                                        runtime=None if runtime == "exporting" else runtime,
+                                        source_ids=source_ids.numpy())
     np.testing.assert_array_equal(outputs["token_ids"], full_ids[:, 0])
     np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
 
@@ -393,6 +374,46 @@ def run_tensorflow_only(python, code, *args):
     )
     assert result.returncode == 0, f"{python}:\n{result.stderr[-5000:]}"
     return result.stdout
+
+
+_CALL_SIGNATURE = """
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+load_sentencepiece_ops()
+case = json.loads(sys.argv[1])
+inputs = {name: tf.constant(value, case["dtypes"][name]) for name, value in case["inputs"].items()}
+outputs = tf.saved_model.load(case["export"]).signatures[case["signature"]](**inputs)
+
+
+def plain(value):
+    array = np.asarray(value)
+    if array.dtype.kind in "OS":
+        return [plain(row) for row in array] if array.ndim else array.item().decode()
+    return array.tolist()
+
+
+print("CALLED=" + json.dumps({"outputs": {key: plain(value) for key, value in outputs.items()},
+                              "tensorflow": tf.__version__, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+def call_signature_in_runtime(python, export, signature, runtime=None, **inputs):
+    """Call `signature` of the SavedModel `export` in a TensorFlow-only process of `python`
+    (`run_tensorflow_only`) with `inputs` (int arrays as int32, else strings); checks that the
+    process imported neither Keras nor keras_transformer and, given `runtime` ("2.20"), ran
+    that TensorFlow. Returns the outputs as lists, strings decoded."""
+    inputs = {name: np.asarray(value).tolist() for name, value in inputs.items()}
+    dtypes = {name: "int32" if np.asarray(value).dtype.kind in "iu" else "string" for name, value in inputs.items()}
+    case = {"export": str(export), "signature": signature, "inputs": inputs, "dtypes": dtypes}
+    called = json.loads(run_tensorflow_only(str(python), _CALL_SIGNATURE, json.dumps(case)).split("CALLED=")[1])
+    if runtime is not None:
+        assert called["tensorflow"].startswith(runtime + "."), called["tensorflow"]
+    assert not {"keras", "keras_transformer"} & set(called["modules"]), called["modules"]
+    return called["outputs"]
 # The interpreters that load the export: this one (TensorFlow 2.21, without Keras), and a
 # clean environment per serving runtime (tests/runtimes.py; 2.19 and 2.18 on request).
 LOADER_RUNTIMES = ["exporting", *runtimes.selected_runtimes()]

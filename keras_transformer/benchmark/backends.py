@@ -262,8 +262,7 @@ def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
 
 def summarize(results, reference="tensorflow"):
     """Each backend's fastest round, its ratio to `reference`'s, how many decoded
-    sentences equal `reference`'s token for token, and, where the rounds timed it, the
-    keras-hub anchor on the same backend (ours / keras-hub's sentences per second, and how
+    sentences equal `reference`'s token for token, and the keras-hub anchor on the same backend (ours / keras-hub's sentences per second, and how
     many of its best beams equal ours)."""
     best = {
         backend: {
@@ -271,9 +270,8 @@ def summarize(results, reference="tensorflow"):
             "decoding": max(run["decoding"]["sentences_per_second"] for run in runs),
             "output_tokens": max(run["decoding"]["output_tokens_per_second"] for run in runs),
             "token_ids": runs[0]["decoding"]["token_ids"],
-            "keras_hub": max((run["keras_hub_decoding"]["sentences_per_second"] for run in runs
-                              if "keras_hub_decoding" in run), default=None),
-            "keras_hub_token_ids": runs[0].get("keras_hub_decoding", {}).get("token_ids"),
+            "keras_hub": max(run["keras_hub_decoding"]["sentences_per_second"] for run in runs),
+            "keras_hub_token_ids": runs[0]["keras_hub_decoding"]["token_ids"],
         }
         for backend, runs in results.items()
     }
@@ -281,7 +279,8 @@ def summarize(results, reference="tensorflow"):
     rows = []
     for backend, found in best.items():
         same = sum(a == b for a, b in zip(found["token_ids"], base["token_ids"]))
-        row = {
+        agree = sum(a == b for a, b in zip(found["keras_hub_token_ids"], found["token_ids"]))
+        rows.append({
             "backend": backend,
             "training_tokens_per_second": found["training"],
             "training_ratio": found["training"] / base["training"],
@@ -289,33 +288,25 @@ def summarize(results, reference="tensorflow"):
             "beam_ratio": found["decoding"] / base["decoding"],
             "output_tokens_per_second": found["output_tokens"],
             "same_outputs": f"{same}/{len(base['token_ids'])}",
-        }
-        if found["keras_hub"] is not None:
-            agree = sum(a == b for a, b in zip(found["keras_hub_token_ids"], found["token_ids"]))
-            row.update(keras_hub_sentences_per_second=found["keras_hub"],
-                       over_keras_hub=found["decoding"] / found["keras_hub"],
-                       keras_hub_same_as_ours=f"{agree}/{len(found['token_ids'])}")
-        rows.append(row)
+            "keras_hub_sentences_per_second": found["keras_hub"],
+            "over_keras_hub": found["decoding"] / found["keras_hub"],
+            "keras_hub_same_as_ours": f"{agree}/{len(found['token_ids'])}",
+        })
     return rows
 
 
 def format_summary(rows):
-    anchor = all("keras_hub_sentences_per_second" in row for row in rows)
     header = (f"{'backend':<11} {'train tok/s':>11} {'vs TF':>6} {'beam sent/s':>11} {'vs TF':>6} "
-              f"{'out tok/s':>9}  same outputs as TF")
-    if anchor:
-        header += "  keras-hub beam sent/s  ours/keras-hub  keras-hub best = ours"
+              f"{'out tok/s':>9}  same outputs as TF  keras-hub beam sent/s  ours/keras-hub  keras-hub best = ours")
     lines = [header]
     for row in rows:
-        line = (
+        lines.append(
             f"{row['backend']:<11} {row['training_tokens_per_second']:>11.0f} {row['training_ratio']:>6.2f} "
             f"{row['beam_sentences_per_second']:>11.2f} {row['beam_ratio']:>6.2f} "
             f"{row['output_tokens_per_second']:>9.0f}  {row['same_outputs']:>18}"
+            f"  {row['keras_hub_sentences_per_second']:>21.2f}  {row['over_keras_hub']:>14.2f}  "
+            f"{row['keras_hub_same_as_ours']:>21}"
         )
-        if anchor:
-            line += (f"  {row['keras_hub_sentences_per_second']:>21.2f}  {row['over_keras_hub']:>14.2f}  "
-                     f"{row['keras_hub_same_as_ours']:>21}")
-        lines.append(line)
     return "\n".join(lines)
 
 

@@ -123,7 +123,7 @@ def keras_hub_beam_search(model, source_ids, beam_size, max_output_offset):
     from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
     from keras_transformer.decoding import lengths
 
-    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    source_ids = lengths.as_source_ids(source_ids)
     batch_size = source_ids.shape[0]
     buffer_size = lengths.buffer_length(model, source_ids, None, max_output_offset)
     encoder_outputs, source_mask = model.encode(source_ids)

@@ -333,6 +333,7 @@ CHECK_NAMES = (
     "imports/no_tensorflow",
     *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "trainer", "strategy")),
     "search/bad_source_ids",
+    "search/top_k_in_two_stages",
     "jax_only/data_parallel",
     *(f"loss/{case}/{kind}_formula" for case in LOSS_CASES for kind in ("value", "gradient")),
     "fit/first_loss_of_the_initial_weights",
@@ -691,6 +692,35 @@ def check_search_input(recorder, out_dir):
     recorder.check("search/bad_source_ids", not messages, "; ".join(messages) or "4 one-line errors naming the value")
 
 
+def check_two_stage_top_k(recorder, out_dir):
+    """`decoding.selection.top_k` on this backend, on rows with many ties and -inf, widths
+    that are and are not whole blocks, every k: the top-k values, ties ranked by lower index
+    as one `top_k` ranks them on TensorFlow and JAX. PyTorch's `topk` ranks ties in no
+    fixed order, so there the indices must only point at the values, each once."""
+    from keras_transformer.decoding import selection
+
+    ties_by_index = keras.backend.backend() != "torch"
+    rng = np.random.default_rng(0)
+    failures = []
+    for case in range(60):
+        rows, width = int(rng.integers(1, 4)), int(rng.integers(2, 120))
+        k, block = int(rng.integers(1, width + 1)), int(rng.integers(2, 12))
+        values = rng.integers(-3, 3, size=(rows, width)).astype("float32")
+        values[rng.random((rows, width)) < 0.2] = -np.inf
+        order = np.stack([np.lexsort((np.arange(width), -row))[:k] for row in values])  # value desc, index asc
+        found_values, found_indices = (numpy(x) for x in selection.top_k(ops.convert_to_tensor(values), k, block=block))
+        ok = np.array_equal(found_values, np.take_along_axis(values, order, axis=1))
+        if ties_by_index:
+            ok = ok and np.array_equal(found_indices, order)
+        else:
+            ok = ok and np.array_equal(np.take_along_axis(values, found_indices, axis=1), found_values) and all(
+                len(set(row)) == k for row in found_indices.tolist()
+            )
+        if not ok:
+            failures.append(f"rows {rows} width {width} k {k} block {block}")
+    recorder.check("search/top_k_in_two_stages", not failures, "; ".join(failures[:3]) or "60 cases: the top-k of each row")
+
+
 def value_and_gradient(function, x):
     """`function(x)` (a scalar) and its gradient with respect to the float32 array `x`, by this
     backend's own autodiff."""
@@ -905,6 +935,7 @@ def run(out_dir, reference_dir=None):
     )
     recorder.run("tensorflow_only", check_tensorflow_only, out_dir)  # it imports TensorFlow
     recorder.run("search_input", check_search_input, out_dir)
+    recorder.run("two_stage_top_k", check_two_stage_top_k, out_dir)
     recorder.run("loss", check_loss, out_dir)  # the training package imports TensorFlow
     recorder.run("fit", check_fit, out_dir)  # tf.data
     np.savez(out_dir / "outputs.npz", **recorder.outputs)

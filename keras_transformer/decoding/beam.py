@@ -30,7 +30,7 @@ import math
 import tensorflow as tf
 
 from keras_transformer.decoding import lengths as lengths_lib
-from keras_transformer.decoding import portable
+from keras_transformer.decoding import portable, selection
 from keras_transformer.decoding.greedy import on_tensorflow
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
@@ -149,8 +149,8 @@ def beam_search(
         active_limits = tf.gather(limits, active)  # (A,)
 
         # 1. the 2K best one-token extensions
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [num_active, -1])  # (A, K * V)
-        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # (A, 2K)
+        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [num_active, k * vocabulary_size])  # (A, K * V)
+        top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as tf.math.top_k
         parents = top_indices // vocabulary_size  # (A, 2K)
         tokens = top_indices % vocabulary_size  # (A, 2K)
         top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (A, 2K, L + 1)

@@ -9,8 +9,8 @@ TensorFlow's loop (caches that grow with the output, finished sentences leaving 
 batch) and exports. Both kinds follow the same algorithm and length conventions
 (`lengths.py`, `beam.py`'s docstring) and give the same outputs on the same weights: one
 `ops.while_loop` over `model.decode_step` with a preallocated cache of `L` slots (static
-shapes, so on JAX the loop body is compiled by XLA as `lax.while_loop`), `ops.top_k` for
-the beam, `ops.take_along_axis` for the parents.
+shapes, so on JAX the loop body is compiled by XLA as `lax.while_loop`), `selection.top_k`
+for the beam, `ops.take_along_axis` for the parents.
 
 A model needs `encode`, `init_cache(encoder_outputs, L)` and `decode_step` with the
 signatures of `keras_transformer.Transformer`. Word positions (parsing) and the tree
@@ -24,24 +24,31 @@ from keras import ops
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding import lengths as lengths_lib
+from keras_transformer.decoding import selection
 from keras_transformer.decoding.options import SearchOptions
-from keras_transformer.decoding.steps import map_cache
+from keras_transformer.decoding.steps import map_cache, shares_cross_cache
 
 _NEG_INF = -math.inf
 
 
 def _start(model, source_ids, max_length, max_output_offset, num_copies):
-    """Encode once; the cache, source mask and limits with `num_copies` rows per sentence."""
+    """Encode once: `(buffer_size, limits, cache, source_mask)`; the self-attention cache has
+    `num_copies` rows per sentence, the encoder-decoder one and the mask one or `num_copies`."""
     if getattr(model, "uses_word_positions", False):
         require_tensorflow("Searching a word-position model (config.word_positions)")
     buffer_size = lengths_lib.buffer_length(model, source_ids, max_length, max_output_offset)  # a Python int
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
     encoder_outputs, source_mask = model.encode(source_ids)  # (B, S, D), (B, S)
-    if num_copies > 1:  # row b * K + k is copy k of sentence b
-        encoder_outputs = ops.repeat(encoder_outputs, num_copies, axis=0)
-        source_mask = ops.repeat(source_mask, num_copies, axis=0)
-    cache = model.init_cache(encoder_outputs, buffer_size)
-    return buffer_size, limits, cache, source_mask
+    if num_copies == 1:
+        return buffer_size, limits, model.init_cache(encoder_outputs, buffer_size), source_mask
+    # Row b * K + k is copy k of sentence b. A model that shares the encoder-decoder
+    # keys/values between copies (`steps.shares_cross_cache`) computes them once per sentence.
+    if shares_cross_cache(model):
+        cache = model.init_cache(encoder_outputs, buffer_size)
+        return buffer_size, limits, map_cache(cache, lambda rows: ops.repeat(rows, num_copies, axis=0), cross=False), source_mask
+    encoder_outputs = ops.repeat(encoder_outputs, num_copies, axis=0)
+    source_mask = ops.repeat(source_mask, num_copies, axis=0)
+    return buffer_size, limits, model.init_cache(encoder_outputs, buffer_size), source_mask
 
 
 def _next_log_probs(model, target_ids, index, cache, source_mask):
@@ -148,8 +155,7 @@ def beam_search(model, source_ids, beam_size=4, length_penalty=0.6, max_output_o
 
         # 1. the 2K best one-token extensions
         candidates = ops.reshape(alive_log_probs[:, :, None] + log_probs, (batch_size, k * vocabulary_size))
-        top_log_probs, top_indices = ops.top_k(candidates, k=2 * k)  # (B, 2K)
-        top_indices = ops.cast(top_indices, "int32")
+        top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (B, 2K), as ops.top_k
         parents = top_indices // vocabulary_size
         tokens = top_indices % vocabulary_size
         top_ids = _gather_beams(alive_ids, parents)  # (B, 2K, L + 1)

@@ -59,7 +59,7 @@ def reorder_cache(cache, indices):
     return map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
 
 
-def _shares_cross_cache(model):
+def shares_cross_cache(model):
     """Whether `model.decode_step` accepts encoder-decoder caches (and source masks) with
     one row per sentence while the tokens have one row per copy (see `CachedStep`)."""
     return bool(getattr(model, "supports_shared_cross_cache", False))
@@ -140,7 +140,7 @@ class CachedStep:
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
         grows = _shares_growing_cache(self.model) and not in_xla_context()
         cache = self.model.init_cache(encoder_outputs, None if grows else buffer_size)  # once per source
-        shared = _shares_cross_cache(self.model)
+        shared = shares_cross_cache(self.model)
 
         def tile(structure):
             return tf.nest.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
@@ -172,7 +172,7 @@ class CachedStep:
         if sentences is not None:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
-            rows = sentences if _shares_cross_cache(self.model) else indices
+            rows = sentences if shares_cross_cache(self.model) else indices
             cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
             source_mask = tf.gather(source_mask, rows)
             if source_words is not None:  # never shared

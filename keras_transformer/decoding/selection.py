@@ -1,0 +1,67 @@
+"""The beam's top-k over K * V candidates, in two exact stages (`keras.ops`, every backend).
+
+A beam step keeps the 2K best of K * V candidates per sentence (32,000 for K = 4 and an
+8,000-piece vocabulary). One `top_k` over that row costs more than the output
+projection that made the logits (TensorFlow's CPU kernel keeps a heap per row). `top_k`
+here splits each row into blocks of `b` consecutive candidates and:
+
+1. takes every block's maximum (a plain reduction) and keeps the k blocks with the
+   largest maxima;
+2. runs `top_k` over the k * b candidates of those blocks, in their original order.
+
+**Exact, ties included.** Order candidates by value (descending), then index
+(ascending), as `ops.top_k` does. A block ranks by its best candidate in that order
+(maxima first, lower block index on ties: blocks are consecutive, so a lower block
+holds the lower indices). If a top-k candidate `c` lay in a block outside the k kept,
+those k blocks' best candidates would all rank before the best of `c`'s block, hence
+before `c`: k candidates before `c`, so `c` is not in the top k. The kept blocks are put
+back in index order (`ops.sort`) before stage 2, so its ties break by index as in one
+`top_k`. Padding (to a whole number of blocks) is -inf at indices past the row, so it
+ranks after every real candidate. Values and indices therefore equal `ops.top_k`'s.
+
+Cost: a reduction over the row plus two small `top_k`s over `n / b` and `k * b`
+values; `b ~ sqrt(n / k)` balances the two.
+"""
+
+import math
+
+from keras import ops
+
+
+def block_size(width, k):
+    """Candidates per block for rows of `width` and a top-`k`: the power of two nearest
+    `sqrt(width / k)`, at least 2."""
+    return max(2, 2 ** round(math.log2(max(width / k, 1.0)) / 2))
+
+
+def top_k(values, k, block=None):
+    """`ops.top_k(values, k)` over the last axis of a `(B, n)` tensor, in two stages.
+
+    Args:
+        values: float `(B, n)`; B may be unknown (an unknown `n` takes one `ops.top_k`).
+        k: how many to keep (`k <= n`).
+        block: candidates per block (default `block_size(n, k)`). With fewer than k + 1
+            blocks this is one `ops.top_k`.
+
+    Returns:
+        `(top_values (B, k), indices int32 (B, k))`, equal to `ops.top_k(values, k)`:
+        sorted by value, ties by lower index where the backend's `top_k` ranks them so
+        (TensorFlow, JAX; PyTorch's `topk` ranks ties in no fixed order).
+    """
+    width = values.shape[-1]
+    block = block or (block_size(width, k) if width is not None else None)
+    blocks = -(-width // block) if block else 0
+    if blocks <= k:
+        top_values, indices = ops.top_k(values, k)
+        return top_values, ops.cast(indices, "int32")
+    if blocks * block > width:
+        values = ops.pad(values, ((0, 0), (0, blocks * block - width)), constant_values=-math.inf)
+    grouped = ops.reshape(values, (-1, block))  # (B * blocks, b)
+    _, kept = ops.top_k(ops.reshape(ops.max(grouped, axis=-1), (-1, blocks)), k)  # (B, k)
+    kept = ops.sort(ops.cast(kept, "int32"), axis=-1)  # index order: stage 2 breaks ties as one top_k
+    rows = ops.arange(ops.shape(kept)[0], dtype="int32")[:, None] * blocks  # (B, 1)
+    gathered = ops.reshape(ops.take(grouped, kept + rows, axis=0), (-1, k * block))  # (B, k * b)
+    top_values, positions = ops.top_k(gathered, k)  # (B, k)
+    positions = ops.cast(positions, "int32")
+    kept_block = ops.take_along_axis(kept, positions // block, axis=1)  # (B, k)
+    return top_values, kept_block * block + positions % block

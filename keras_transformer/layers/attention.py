@@ -204,6 +204,11 @@ class MultiHeadAttention(keras.layers.Layer):
             shape = ops.shape(inputs)
             projected = ops.reshape(projected, (shape[0], shape[1], heads, depth))  # (B, T, H, Dk)
             projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, H, T, Dk)
+        elif inputs.shape[1] == 1:  # one position (a decoding step): one matmul, no transpose
+            width, heads, depth = kernel.shape
+            kernel = ops.reshape(ops.cast(kernel, dtype), (width, heads * depth))
+            projected = ops.matmul(ops.reshape(inputs, (-1, width)), kernel)  # (B, H * Dk)
+            projected = ops.reshape(projected, (-1, heads, 1, depth))  # (B, 1, H, Dk) is (B, H, 1, Dk) in memory
         else:
             projected = ops.einsum("btd,dhk->bhtk", inputs, ops.cast(kernel, dtype))  # (B, H, T, Dk)
         if self.use_bias:
@@ -304,8 +309,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
                 ring, use_causal_mask = True, False
             else:  # keys at positions 0 .. cache_index + Q - 1 (under XLA: the whole buffer)
-                keys, values, cache, attention_mask = attention_cache.write_step(
-                    cache, new_keys, new_values, cache_index, query_length, attention_mask
+                keys, values, cache, attention_mask, use_causal_mask = attention_cache.write_step(
+                    cache, new_keys, new_values, cache_index, query_length, attention_mask, use_causal_mask
                 )
                 causal_offset = cache_index
         window = self.attention_window
@@ -357,6 +362,11 @@ class MultiHeadAttention(keras.layers.Layer):
             outputs = quantization.quantized_matmul(
                 concatenated, kernel, self.output_kernel_scale, self.inputs_quantizer, self.compute_dtype
             )  # (B, Q, D)
+        elif heads.shape[2] == 1:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv) in memory
+            heads_count, depth, width = self.output_kernel.shape
+            concatenated = ops.reshape(heads, (-1, heads_count * depth))  # (B, H * Dv)
+            outputs = ops.matmul(concatenated, ops.reshape(self.output_kernel, (heads_count * depth, width)))  # (B, D)
+            outputs = ops.reshape(outputs, (-1, 1, width))  # (B, 1, D)
         else:
             outputs = ops.einsum("bhqv,hvd->bqd", heads, self.output_kernel)  # (B, Q, D)
         if self.use_bias:

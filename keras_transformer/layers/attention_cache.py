@@ -64,7 +64,7 @@ def empty_cache(batch_size, max_length, num_heads, key_dim, value_dim, attention
     }
 
 
-def write_step(cache, new_keys, new_values, start, query_length, attention_mask=None):
+def write_step(cache, new_keys, new_values, start, query_length, attention_mask=None, causal=False):
     """Cached self-attention: the `Q` new positions written into the cache at `start`.
 
     A preallocated buffer gets them at slots `start .. start + Q - 1` (`write_positions`),
@@ -80,10 +80,13 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
         start: int scalar, the position of the first new query.
         query_length: `Q`.
         attention_mask: optional `(B|1, Q, L)` over absolute positions.
+        causal: whether the queries are to be masked causally.
 
     Returns:
-        `(keys, values, cache, attention_mask)`: the keys/values to attend over, the new
-        cache, and the mask cut to the keys attended over.
+        `(keys, values, cache, attention_mask, causal)`: the keys/values to attend over,
+        the new cache, the mask cut to the keys attended over, and whether a causal mask
+        is still needed: not for one new query (`Q = 1`, static) attending over exactly
+        the written prefix, which it may see whole (the search's every step).
     """
     written = start + query_length
     growing = is_growing(cache)
@@ -99,9 +102,12 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
         cache = {"key": keys, "value": values}
         if not static:  # attend over the written prefix only
             keys, values = keys[:, :, :written], values[:, :, :written]
-    if attention_mask is not None and (growing or not static):
+    prefix_only = growing or not static
+    if attention_mask is not None and prefix_only:
         attention_mask = attention_mask[:, :, :written]
-    return keys, values, cache, attention_mask
+    if prefix_only and isinstance(query_length, int) and query_length == 1:
+        causal = False
+    return keys, values, cache, attention_mask, causal
 
 
 def ring_step(cache, new_keys, new_values, start, query_length, attention_mask, window, causal):

@@ -21,7 +21,9 @@ under the same dtype policy (--precision) and with our dropout placement
      prefix every step, on the same test sentences, in graph mode and compiled with XLA
      (there the baseline re-runs its whole static output buffer); and the exported
      SavedModel translating the whole test_2016_flickr split with them (seconds, after
-     one warm-up batch);
+     one warm-up batch). --saved_model_baseline=DIR adds another export of the run (e.g.
+     written by an earlier version): the two translate the split in turn, --rounds
+     passes each, and a row gives the ratio and how many outputs are the same;
   e. with --model_dir and --ctranslate2: the same weights on the same test sentences with
      the run's beam size and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
@@ -84,6 +86,8 @@ flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
 flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
 flags.DEFINE_integer("saved_model_sentences", None, "Row d: translate only this many test sentences with the SavedModel (default: all).")
+flags.DEFINE_string("saved_model_baseline", None, "Row d: another export of the run (e.g. by an earlier version), "
+                    "timed in turn with ours over the same sentences (--rounds passes each).")
 flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only rows d-f).")
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it).")
@@ -145,7 +149,8 @@ def main(argv):
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         rows.extend(decoding_rows(FLAGS.model_dir, [source for source, _ in test],
                                   decode_sentences=FLAGS.decode_sentences,
-                                  saved_model_sentences=FLAGS.saved_model_sentences))
+                                  saved_model_sentences=FLAGS.saved_model_sentences,
+                                  baseline_saved_model=FLAGS.saved_model_baseline, rounds=FLAGS.rounds))
         if FLAGS.ctranslate2:
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
                                          threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds))

@@ -89,7 +89,8 @@ def compare_steps_per_batch(first, second, batches, rounds=3):
 
 
 def fastest_of_alternating(workloads, rounds=3):
-    """Time several workloads in turn, `rounds` times; each keeps its fastest round.
+    """Time several workloads in turn, `rounds` times; each keeps its fastest round. The order
+    reverses every other round, so that no workload always runs first (or right after another).
 
     Args:
         workloads: `{name: run}`, `run()` doing one timed unit of work and returning its result.
@@ -103,8 +104,9 @@ def fastest_of_alternating(workloads, rounds=3):
     (['a', 'b'], 2)
     """
     best = {name: (float("inf"), None) for name in workloads}
-    for _ in range(rounds):
-        for name, run in workloads.items():
+    for round_index in range(rounds):
+        order = list(workloads.items())
+        for name, run in order if round_index % 2 == 0 else reversed(order):
             start = time.perf_counter()
             result = run()
             best[name] = (min(best[name][0], time.perf_counter() - start), result)

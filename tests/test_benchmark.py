@@ -203,6 +203,27 @@ def test_compare_steps_warms_up_each_shape_once_then_times_every_round():
     assert all(value >= 0 for value in seconds)
 
 
+def test_fastest_of_alternating_reverses_the_order_every_other_round_and_keeps_each_fastest():
+    import time
+
+    from keras_transformer.benchmark.timing import fastest_of_alternating
+
+    calls = []
+
+    def workload(name, slow_call):
+        def run():
+            calls.append(name)
+            time.sleep(0.05 if calls.count(name) == slow_call else 0.0)
+            return len(calls)
+
+        return run
+
+    fastest = fastest_of_alternating({"a": workload("a", 1), "b": workload("b", 3)}, rounds=3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert fastest["a"][0] < 0.05 and fastest["b"][0] < 0.05  # each keeps a round without its slow call
+    assert fastest["a"][1] == 5 and fastest["b"][1] == 6  # the result of each one's last call
+
+
 def test_compare_steps_per_batch_alternates_on_every_batch_and_keeps_each_batchs_fastest():
     """Row b1': after one warm-up per shape, the steps take turns on each batch, the first to
     go alternating between rounds, and each batch's time is its own step's."""
@@ -234,14 +255,20 @@ def test_compare_steps_per_batch_alternates_on_every_batch_and_keeps_each_batchs
     assert first[0] < 0.05 and first[2] < 0.05 and second[0] < 0.05 and second[1] < 0.05
 
 
-def test_benchmark_decoding_row_alone(trained_run, multi30k_dir):
+def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
+    from keras_transformer.export import TranslationModule, export_saved_model
+
+    baseline = export_saved_model(TranslationModule.from_run(trained_run), tmp_path, "baseline", verify=False,
+                                  check_ops=False).path  # the run's search settings, as row d's own export
     result = run_script(
         "benchmark.py", f"--data_dir={multi30k_dir}", "--notraining", f"--model_dir={trained_run}",
         "--decode_sentences=4", "--saved_model_sentences=6", "--ctranslate2", "--ctranslate2_sentences=4", "--threads=2",
+        f"--saved_model_baseline={baseline}",
     )
     assert "d. beam 4 sentences/s, cached vs recompute, graph" in result.stdout
     assert "d. beam 4 sentences/s, cached vs recompute, XLA" in result.stdout
     assert "d. SavedModel, 6 test sentences, beam 4 (s)" in result.stdout
+    assert "d. SavedModel vs baseline export (s), same outputs 6/6" in result.stdout
     assert "e. 4 sentences, beam 4, alpha 0.6 (each engine's own length penalty)" in result.stdout
     assert "e. SavedModel vs CTranslate2 float32, sentences/s" in result.stdout
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout

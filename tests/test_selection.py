@@ -53,3 +53,13 @@ def test_few_blocks_take_one_top_k():
     top_values, indices = selection.top_k(values, 2, block=2)  # 2 blocks, k = 2: one top_k
     np.testing.assert_array_equal(top_values, [[5.0, 3.0]])
     np.testing.assert_array_equal(indices, [[3, 0]])
+
+
+def test_rows_of_unknown_width_take_one_top_k():
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    def select(values):
+        return selection.top_k(values, 2, block=2)
+
+    top_values, indices = select(tf.constant([[1.0, 4.0, 4.0, 0.0, 2.0, 3.0]]))
+    np.testing.assert_array_equal(top_values, [[4.0, 4.0]])
+    np.testing.assert_array_equal(indices, [[1, 2]])

@@ -1,9 +1,9 @@
 """The beam's top-k over K * V candidates, in two exact stages (`keras.ops`, every backend).
 
 A beam step keeps the 2K best of K * V candidates per sentence (32,000 for K = 4 and an
-8,000-piece vocabulary). One `top_k` over that row costs more than the output
-projection that made the logits (TensorFlow's CPU kernel keeps a heap per row). `top_k`
-here splits each row into blocks of `b` consecutive candidates and:
+8,000-piece vocabulary). On a CPU one `top_k` over that row costs about as much as the
+output projection that made the logits (TensorFlow's kernel keeps a heap per row).
+`top_k` here splits each row into blocks of `b` consecutive candidates and:
 
 1. takes every block's maximum (a plain reduction) and keeps the k blocks with the
    largest maxima;
@@ -49,8 +49,11 @@ def top_k(values, k, block=None):
         (TensorFlow, JAX; PyTorch's `topk` ranks ties in no fixed order).
     """
     width = values.shape[-1]
-    block = block or (block_size(width, k) if width is not None else None)
-    blocks = -(-width // block) if block else 0
+    if width is None:
+        blocks = 0
+    else:
+        block = block or block_size(width, k)
+        blocks = -(-width // block)
     if blocks <= k:
         top_values, indices = ops.top_k(values, k)
         return top_values, ops.cast(indices, "int32")

@@ -133,7 +133,14 @@ def op_kind(name):
     'decoder self-attention'
     >>> op_kind("while/body/_1/add_4:AddV2")
     'other'
+
+    oneDNN's kernels (`_MklMatMul`, `_MklSoftmax`, ... on CPUs where TensorFlow uses them)
+    count as the ops they implement:
+
+    >>> op_kind("while/body/_185/while/token_embedding_3/Tensordot/FoldTransposeIntoMatMul_MatMul:_MklMatMul")
+    'output projection (logits)'
     """
+    name = name.replace(":_Mkl", ":")
     for kind, pattern in OP_KINDS:
         if pattern.search(name):
             return kind

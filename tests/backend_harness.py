@@ -694,7 +694,8 @@ def check_search_input(recorder, out_dir):
 
 def check_two_stage_top_k(recorder, out_dir):
     """`decoding.selection.top_k` on this backend, on rows with many ties and -inf, widths
-    that are and are not whole blocks, every k: the top-k values, ties ranked by lower index
+    that are and are not whole blocks, default and given block sizes: the top-k values
+    against numpy's ordering, ties ranked by lower index
     as one `top_k` ranks them on TensorFlow and JAX. PyTorch's `topk` ranks ties in no
     fixed order, so there the indices must only point at the values, each once."""
     from keras_transformer.decoding import selection
@@ -702,9 +703,11 @@ def check_two_stage_top_k(recorder, out_dir):
     ties_by_index = keras.backend.backend() != "torch"
     rng = np.random.default_rng(0)
     failures = []
-    for case in range(60):
-        rows, width = int(rng.integers(1, 4)), int(rng.integers(2, 120))
-        k, block = int(rng.integers(1, width + 1)), int(rng.integers(2, 12))
+    for case in range(80):
+        rows, width = int(rng.integers(1, 5)), int(rng.integers(2, 400))
+        k = int(rng.integers(1, min(width, 40) + 1))
+        block = int(rng.integers(1, 17)) if case % 4 else None  # None: `selection.block_size`
+        block = None if block == 1 else block
         values = rng.integers(-3, 3, size=(rows, width)).astype("float32")
         values[rng.random((rows, width)) < 0.2] = -np.inf
         order = np.stack([np.lexsort((np.arange(width), -row))[:k] for row in values])  # value desc, index asc
@@ -718,7 +721,8 @@ def check_two_stage_top_k(recorder, out_dir):
             )
         if not ok:
             failures.append(f"rows {rows} width {width} k {k} block {block}")
-    recorder.check("search/top_k_in_two_stages", not failures, "; ".join(failures[:3]) or "60 cases: the top-k of each row")
+    detail = "; ".join(failures[:3]) or "80 cases: the top-k of each row"
+    recorder.check("search/top_k_in_two_stages", not failures, detail)
 
 
 def value_and_gradient(function, x):

@@ -262,8 +262,9 @@ def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
 
 def summarize(results, reference="tensorflow"):
     """Each backend's fastest round, its ratio to `reference`'s, how many decoded
-    sentences equal `reference`'s token for token, and the keras-hub anchor on the same backend (ours / keras-hub's sentences per second, and how
-    many of its best beams equal ours)."""
+    sentences equal `reference`'s token for token, and the keras-hub anchor on the same
+    backend (ours / keras-hub's sentences per second, and how many of its best beams equal
+    ours)."""
     best = {
         backend: {
             "training": max(run["training"]["tokens_per_second"] for run in runs),

@@ -174,8 +174,8 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
             engines["baseline"] = SavedModelTranslator(baseline_saved_model, batch_size=64)
         for translate in engines.values():
             translate(sources[:64])  # warm-up (the first call loads the graph)
-        timed = fastest_of_alternating({name: functools.partial(translate, sources) for name, translate in engines.items()},
-                                       rounds if baseline_saved_model else 1)
+        workloads = {name: functools.partial(translate, sources) for name, translate in engines.items()}
+        timed = fastest_of_alternating(workloads, rounds if baseline_saved_model else 1)
     seconds, (translations, _) = timed["ours"]
     # Inverted so that "ratio >= target" reads as "within the time budget".
     rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam {beam.beam_size} (s)", seconds,

@@ -149,7 +149,8 @@ def beam_search(
         active_limits = tf.gather(limits, active)  # (A,)
 
         # 1. the 2K best one-token extensions
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [num_active, k * vocabulary_size])  # (A, K * V)
+        candidates = alive_log_probs[:, :, None] + log_probs  # (A, K, V)
+        candidates = tf.reshape(candidates, [num_active, k * vocabulary_size])  # static width for selection.top_k
         top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as tf.math.top_k
         parents = top_indices // vocabulary_size  # (A, 2K)
         tokens = top_indices % vocabulary_size  # (A, 2K)

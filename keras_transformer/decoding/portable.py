@@ -39,16 +39,20 @@ def _start(model, source_ids, max_length, max_output_offset, num_copies):
     buffer_size = lengths_lib.buffer_length(model, source_ids, max_length, max_output_offset)  # a Python int
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
     encoder_outputs, source_mask = model.encode(source_ids)  # (B, S, D), (B, S)
-    if num_copies == 1:
-        return buffer_size, limits, model.init_cache(encoder_outputs, buffer_size), source_mask
-    # Row b * K + k is copy k of sentence b. A model that shares the encoder-decoder
-    # keys/values between copies (`steps.shares_cross_cache`) computes them once per sentence.
-    if shares_cross_cache(model):
-        cache = model.init_cache(encoder_outputs, buffer_size)
-        return buffer_size, limits, map_cache(cache, lambda rows: ops.repeat(rows, num_copies, axis=0), cross=False), source_mask
-    encoder_outputs = ops.repeat(encoder_outputs, num_copies, axis=0)
-    source_mask = ops.repeat(source_mask, num_copies, axis=0)
-    return buffer_size, limits, model.init_cache(encoder_outputs, buffer_size), source_mask
+
+    def copies(tensor):  # row b * K + k is copy k of sentence b
+        return ops.repeat(tensor, num_copies, axis=0)
+
+    # A model that shares the encoder-decoder keys/values between copies
+    # (`steps.shares_cross_cache`) computes them once per sentence; only its
+    # self-attention buffers get a row per copy.
+    shared = num_copies > 1 and shares_cross_cache(model)
+    if num_copies > 1 and not shared:
+        encoder_outputs, source_mask = copies(encoder_outputs), copies(source_mask)
+    cache = model.init_cache(encoder_outputs, buffer_size)
+    if shared:
+        cache = map_cache(cache, copies, cross=False)
+    return buffer_size, limits, cache, source_mask
 
 
 def _next_log_probs(model, target_ids, index, cache, source_mask):

@@ -335,7 +335,8 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
 
 def test_saved_model_profile_finds_the_beam_reorder(trained_run):
     """The profile of a real export at two batch sizes: every op time is attributed, and the
-    beam search's gathers of the cached keys/values show up as the reorder kind."""
+    beam search's gathers of the cached keys/values show up as the reorder kind, apart from
+    the two-stage top-k's own gathers."""
     from keras_transformer.benchmark.profile import OP_KINDS, profile_run
     from keras_transformer.data.sources import load_pairs
 
@@ -346,8 +347,9 @@ def test_saved_model_profile_finds_the_beam_reorder(trained_run):
     for result in results.values():
         assert result["sentences_per_second"] > 0
         assert sum(result["kinds"].values()) == pytest.approx(result["op_seconds"])
-        assert result["kinds"]["beam reorder (gathers in the search loop)"] > 0
-        assert result["kinds"]["decoder self-attention"] > 0 and result["kinds"]["encoder"] > 0
+        kinds = result["kinds"]
+        assert kinds.get("beam reorder (gathers of the cache)", 0) > 0, kinds
+        assert kinds.get("decoder self-attention", 0) > 0 and kinds.get("encoder", 0) > 0, kinds
         assert "GatherV2" in result["types"]
     table = lines[-1].splitlines()
     assert table[0] == "| batch size | 4 | 8 |" and table[2].startswith("| sentences/s (8 sentences) |")

@@ -22,21 +22,27 @@ import re
 import tempfile
 
 from keras_transformer.benchmark.timing import fastest_of_alternating, make_train_step, run_steps, warm_up
+from keras_transformer.decoding.selection import SCOPE as SELECTION_SCOPE
+from keras_transformer.decoding.steps import REORDER_SCOPE
+
+# An executed op's trace event: "scope/name:Type" (not "ExecutorState::Process", nor the
+# caller's "EagerLocalExecute: __inference_...", which spans a whole function call).
+_OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
 
 # (kind, pattern on "scope/name:Type"), first match wins. The scopes are those of the
-# exported search (decoding/beam.py, decoding/steps.py, layers/).
+# exported search (decoding/beam.py, decoding/steps.py, decoding/selection.py, layers/).
 OP_KINDS = (
     ("tokenize / detokenize", re.compile(r"SentencepieceOp|Sentencepiece|StringJoin|UnicodeTranscode|RaggedTensorTo")),
-    # Gathers at the top of the loop body: the beam reorder of every layer's cached keys/values
-    # (the large ones) and of the search's own per-row state.
-    ("beam reorder (gathers in the search loop)", re.compile(r"/while/GatherV2(_\d+)?:GatherV2$")),
+    # Every layer's cached keys/values follow the hypotheses kept (and drop finished sentences).
+    ("beam reorder (gathers of the cache)", re.compile(rf"/{REORDER_SCOPE}(_\d+)?/")),
     ("encoder", re.compile(r"(^|/)encode[r_]|encoder_layer")),
     ("decoder self-attention", re.compile(r"self_attention")),
     ("decoder cross-attention", re.compile(r"cross_attention")),
     ("decoder feed-forward", re.compile(r"feed_forward")),
     ("output projection (logits)", re.compile(r"(token_embedding|logits|shared_embedding).*:(MatMul|BatchMatMulV2|Einsum)")),
     ("layer norm", re.compile(r"layer_norm")),
-    ("log-softmax, top-k, scores", re.compile(r":(TopKV2|LogSoftmax|Softmax|Max|Sum|ArgMax|Exp|Log|Sub|Mul|RealDiv)$")),
+    ("log-softmax, top-k, scores", re.compile(
+        rf"/{SELECTION_SCOPE}(_\d+)?/|:(TopKV2|LogSoftmax|Softmax|Max|Sum|ArgMax|Exp|Log|Sub|Mul|RealDiv)$")),
     ("while-loop control", re.compile(r":(Enter|Exit|Merge|Switch|NextIteration|LoopCond|Identity|Less|LogicalAnd)$")),
 )
 OTHER = "other"
@@ -127,8 +133,10 @@ def format_training_profile(results, num_batches, jit_compile=False):
 def op_kind(name):
     """The part of the search that the op `scope/name:Type` belongs to (`OP_KINDS`), else "other".
 
-    >>> op_kind("StatefulPartitionedCall/while/body/_101/while/GatherV2_15:GatherV2")
-    'beam reorder (gathers in the search loop)'
+    >>> op_kind("StatefulPartitionedCall/while/body/_101/while/reorder_cache/GatherV2_15:GatherV2")
+    'beam reorder (gathers of the cache)'
+    >>> op_kind("while/body/_1/while/top_k_in_two_stages/GatherV2:GatherV2")
+    'log-softmax, top-k, scores'
     >>> op_kind("while/body/_1/while/decoder_layer_0/self_attention/einsum/Einsum:Einsum")
     'decoder self-attention'
     >>> op_kind("while/body/_1/add_4:AddV2")
@@ -148,7 +156,11 @@ def op_kind(name):
 
 
 def read_op_times(logdir):
-    """`{op name: seconds}` summed over the trace files under `logdir` (TensorFlow's compute threads)."""
+    """`{op name: seconds}` summed over the trace files under `logdir`.
+
+    Every thread's op events count: an op TensorFlow deems cheap may run inline on the
+    thread that made its input ready, the caller's included, not only on the compute pool.
+    """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     totals = collections.Counter()
@@ -161,11 +173,9 @@ def read_op_times(logdir):
             space.ParseFromString(trace.read())
         for plane in space.planes:
             for line in plane.lines:
-                if not line.name.startswith("tf_Compute") and not line.name.startswith("tf_inter_op"):
-                    continue
                 for event in line.events:
                     name = plane.event_metadata[event.metadata_id].name
-                    if ":" in name.replace("::", ""):  # ops are "scope/name:Type", not "ExecutorState::Process"
+                    if _OP_EVENT.match(name):
                         totals[name] += event.duration_ps * 1e-12
     return dict(totals)
 

@@ -25,7 +25,11 @@ values; `b ~ sqrt(n / k)` balances the two.
 
 import math
 
+import keras
 from keras import ops
+
+# The name scope of the two stages' ops (`benchmark.profile` counts them with the top-k).
+SCOPE = "top_k_in_two_stages"
 
 
 def block_size(width, k):
@@ -57,6 +61,12 @@ def top_k(values, k, block=None):
     if blocks <= k:
         top_values, indices = ops.top_k(values, k)
         return top_values, ops.cast(indices, "int32")
+    with keras.name_scope(SCOPE):
+        return _two_stages(values, k, block, blocks, width)
+
+
+def _two_stages(values, k, block, blocks, width):
+    """Stage 1 and 2 of `top_k` over `blocks` blocks of `block` candidates."""
     if blocks * block > width:
         values = ops.pad(values, ((0, 0), (0, blocks * block - width)), constant_values=-math.inf)
     grouped = ops.reshape(values, (-1, block))  # (B * blocks, b)

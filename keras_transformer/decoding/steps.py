@@ -45,6 +45,10 @@ def tile_rows(tensor, num_copies):
     return tf.repeat(tensor, num_copies, axis=0)
 
 
+# The name scope of the cache's gathers in a beam step (`benchmark.profile` finds them by it).
+REORDER_SCOPE = "reorder_cache"
+
+
 def reorder_cache(cache, indices):
     """Gather every tensor of a decoder cache along axis 0 by `indices`.
 
@@ -54,9 +58,11 @@ def reorder_cache(cache, indices):
 
     A growing cache (`CachedStep` outside XLA) holds only the positions decoded so far,
     so this copies `t` positions per row at step `t`; a preallocated `(N, H, L, D)`
-    buffer (under XLA) is gathered whole, `L` slots per row.
+    buffer (under XLA) is gathered whole, `L` slots per row. The gathers sit under the
+    name scope `REORDER_SCOPE` (the profile's "beam reorder" counts them by it).
     """
-    return map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
+    with tf.name_scope(REORDER_SCOPE):
+        return map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
 
 
 def shares_cross_cache(model):
@@ -173,7 +179,8 @@ class CachedStep:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
             rows = sentences if shares_cross_cache(self.model) else indices
-            cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
+            with tf.name_scope(REORDER_SCOPE):
+                cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
             source_mask = tf.gather(source_mask, rows)
             if source_words is not None:  # never shared
                 source_words = tf.gather(source_words, indices)

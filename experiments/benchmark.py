@@ -94,6 +94,8 @@ flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the mac
 
 flags.DEFINE_bool("ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2.")
 flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
+cli.define_vocabulary_map_flag()  # row e: three more engines over the shortlist
+flags.DEFINE_bool("row_d", True, "With --model_dir: row d (--norow_d: only row e or the SavedModel profile).")
 flags.DEFINE_list("decode_batch_sizes", ["16", "32", "64", "128"], "Rows e and --profile_saved_model: batch sizes "
                   "tried (row e gives each engine its fastest).")
 flags.register_validator(
@@ -147,13 +149,15 @@ def main(argv):
         ))
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
-        rows.extend(decoding_rows(FLAGS.model_dir, [source for source, _ in test],
-                                  decode_sentences=FLAGS.decode_sentences,
-                                  saved_model_sentences=FLAGS.saved_model_sentences,
-                                  baseline_saved_model=FLAGS.saved_model_baseline, rounds=FLAGS.rounds))
+        if FLAGS.row_d:
+            rows.extend(decoding_rows(FLAGS.model_dir, [source for source, _ in test],
+                                      decode_sentences=FLAGS.decode_sentences,
+                                      saved_model_sentences=FLAGS.saved_model_sentences,
+                                      baseline_saved_model=FLAGS.saved_model_baseline, rounds=FLAGS.rounds))
         if FLAGS.ctranslate2:
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
-                                         threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds))
+                                         threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds,
+                                         vocabulary_map=cli.vocabulary_map(FLAGS.model_dir)))
 
     if rows:
         print()

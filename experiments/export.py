@@ -70,6 +70,7 @@ flags.DEFINE_integer(
 flags.DEFINE_multi_string(
     "warmup_sentences", list(DEFAULT_WARMUP_SENTENCES), "Source texts of the TF Serving warmup requests (repeat the flag)."
 )
+cli.define_vocabulary_map_flag()
 flags.DEFINE_bool("check_ops", True, "Refuse to publish a SavedModel with ops the stock TF Serving model server lacks.")
 flags.DEFINE_string(
     "sample", None, "Text to translate with the loaded export (default: the first sentence of the run's validation split)."
@@ -90,6 +91,10 @@ def main(argv):
         return
     progress(f"Loading {FLAGS.model_dir}")
     module = ParsingModule if is_parsing_run(FLAGS.model_dir) else TranslationModule  # --dataset=ptb: trees out
+    if module is ParsingModule and FLAGS.vocabulary_map:
+        raise app.UsageError("--vocabulary_map applies to translation runs: a parse's tree constraint needs the full "
+                             "vocabulary.")
+    settings = {"vocabulary_map": cli.vocabulary_map(FLAGS.model_dir)} if FLAGS.vocabulary_map else {}
     translator = module.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
@@ -100,6 +105,7 @@ def main(argv):
         max_output_offset=options.max_output_offset,
         max_output_length=FLAGS.max_output_length,
         max_source_length=FLAGS.max_source_length,
+        **settings,
     )
     name = FLAGS.name or fs.name(FLAGS.model_dir)
     result = export_saved_model(
@@ -163,8 +169,10 @@ def export_for_ctranslate2(export_dir, options):
         checkpoint=FLAGS.checkpoint,
         average_last=FLAGS.average_last,
         overwrite=FLAGS.overwrite,
+        vocabulary_map=cli.vocabulary_map(FLAGS.model_dir),
     )
-    print(f"Exported {path} (CTranslate2, {FLAGS.quantization})")
+    print(f"Exported {path} (CTranslate2, {FLAGS.quantization}"
+          + (", vmap.txt: translate with use_vmap=True)" if FLAGS.vocabulary_map else ")"))
     config, _ = read_run_config(FLAGS.model_dir)
     sample = FLAGS.sample
     if sample is None:
@@ -182,6 +190,7 @@ def export_for_ctranslate2(export_dir, options):
             beam_size=options.beam_size,
             max_output_offset=options.max_output_offset,  # and translate_ctranslate2's length_penalty=0
             max_source_length=FLAGS.max_source_length or config.max_length,
+            use_vmap=bool(FLAGS.vocabulary_map),
         )
     translation = tokenizer.detokenize([outputs[0]]).numpy()[0].decode("utf-8")
     print(f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})")

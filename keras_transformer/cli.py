@@ -89,6 +89,30 @@ def define_sampling_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).", **define)
 
 
+def define_vocabulary_map_flag(flag_values=flags.FLAGS):
+    """`--vocabulary_map=PER_SOURCE,FREQUENT`: beam search over a per-batch target shortlist."""
+    flags.DEFINE_list(
+        "vocabulary_map", None, "An approximate beam search whose output projection covers only each batch's "
+        "shortlist (CTranslate2's vocabulary map, docs/decoding.md): PER_SOURCE,FREQUENT target tokens, e.g. 20,500: "
+        "per source token the PER_SOURCE that co-occur with it most in the run's training pairs, and the FREQUENT "
+        "most frequent. Default: the full vocabulary (exact).", flag_values=flag_values)
+    flags.register_validator(
+        "vocabulary_map", lambda values: values is None or (len(values) == 2 and all(v.isdigit() for v in values)
+                                                            and int(values[0]) > 0),
+        "--vocabulary_map takes two integers PER_SOURCE,FREQUENT with PER_SOURCE > 0, e.g. 20,500.",
+        flag_values=flag_values)
+
+
+def vocabulary_map(model_dir, flag_values=flags.FLAGS):
+    """The `decoding.shortlist.VocabularyMap` that `--vocabulary_map` asks for (None: not given)."""
+    if flag_values.vocabulary_map is None:
+        return None
+    from keras_transformer.decoding.shortlist import run_vocabulary_map
+
+    per_source, frequent = (int(value) for value in flag_values.vocabulary_map)
+    return run_vocabulary_map(model_dir, per_source=per_source, frequent=frequent)
+
+
 SEARCH_FLAGS = ("beam_size", "length_penalty", "max_output_offset", "temperature", "top_k", "top_p", "seed")
 """The flags of `define_search_flags` and `define_sampling_flags` that are `SearchOptions` fields."""
 

@@ -119,6 +119,15 @@ def read_run_config(model_dir):
     return TransformerConfig.from_dict(payload["model"]), payload
 
 
+def load_run_pairs(model_dir, split):
+    """The `(source, target)` pairs of `split` ("train", "val", "test") of the data a run
+    trained on (its `config.json`'s data section; `data.sources.load_pairs`)."""
+    from keras_transformer.data.sources import load_pairs
+
+    data = read_run_config(model_dir)[1]["data"]
+    return load_pairs(data["dataset"], split, data["src_lang"], data["tgt_lang"], data["data_dir"], data["files"])
+
+
 def checkpoint_step(path):
     """The step number in a checkpoint prefix such as `.../ckpt-1200`.
 

@@ -310,27 +310,39 @@ def test_scaling_table_reports_growth_per_doubling():
 
 def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     """Row e's code on 6 sentences (no timing claims): at alpha 0 the SavedModel, our
-    in-process search and CTranslate2 float32 translate identically, so their BLEU is equal."""
+    in-process search and CTranslate2 float32 translate identically, so their BLEU is equal;
+    with a vocabulary map that holds every token, so do the shortlisted engines."""
     pytest.importorskip("ctranslate2")
     from keras_transformer.benchmark.rows import ctranslate2_rows
     from keras_transformer.data.sources import load_pairs
+    from keras_transformer.decoding.shortlist import VocabularyMap
+    from keras_transformer.runs import read_run_config
 
+    size = read_run_config(trained_run)[0].vocabulary_size
+    every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
     lines = []
     rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_sizes=(2, 4),
-                            sweep_sentences=4, rounds=2, tokenize="char", log=lines.append)
+                            sweep_sentences=4, rounds=2, tokenize="char", vocabulary_map=every_token,
+                            log=lines.append)
     assert [row.name for row in rows] == [
         "e. SavedModel vs CTranslate2 float32, sentences/s",
         "e. in-process vs CTranslate2 float32, sentences/s",
         "e. CT2 int8 vs CTranslate2 float32, sentences/s",
+        "e. SavedModel vs CTranslate2 int8, sentences/s",
+        "e. shortlist: SavedModel vs CT2 float32 + vmap, sentences/s",
+        "e. shortlist: SavedModel vs CT2 int8 + vmap, sentences/s",
     ]
     for row in rows:
         assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
     assert lines[0] == "e. batch-size sweep on 4 sentences (sentences/s):" and lines[1].split() == ["engine", "2", "4"]
-    assert len(lines) == 12 and lines[6].startswith("e. 6 sentences, beam 4, alpha 0.0")
-    assert all(line.split()[-4] in ("2", "4") for line in lines[8:])  # each engine's fastest batch size
-    bleu = {line[3:25].strip(): float(line.split()[-1]) for line in lines[8:]}
-    assert set(bleu) == {"SavedModel", "in-process search", "CTranslate2 float32", "CTranslate2 int8"}
+    assert len(lines) == 18 and lines[9].startswith("e. 6 sentences, beam 4, alpha 0.0")
+    assert all(line.split()[-4] in ("2", "4") for line in lines[11:])  # each engine's fastest batch size
+    bleu = {line[3:29].strip(): float(line.split()[-1]) for line in lines[11:]}
+    assert set(bleu) == {"SavedModel", "in-process search", "CTranslate2 float32", "CTranslate2 int8",
+                         "SavedModel + shortlist", "CTranslate2 float32 + vmap", "CTranslate2 int8 + vmap"}
     assert bleu["SavedModel"] == bleu["in-process search"] == bleu["CTranslate2 float32"]
+    assert bleu["SavedModel + shortlist"] == bleu["SavedModel"]
+    assert bleu["CTranslate2 float32 + vmap"] == bleu["CTranslate2 float32"]
 
 
 def test_saved_model_profile_finds_the_beam_reorder(trained_run):

@@ -56,9 +56,8 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
     The beam settings default to the run config's (`SearchOptions.from_config`)."""
     from keras_transformer.benchmark.decoding import source_batches
     from keras_transformer.data import make_dataset
-    from keras_transformer.data.sources import load_pairs
     from keras_transformer.decoding.options import SearchOptions
-    from keras_transformer.runs import load_run, read_run_config
+    from keras_transformer.runs import load_run, load_run_pairs
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -69,12 +68,7 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
     model.save_weights(work_dir / WEIGHTS)
     tokenizer_file = work_dir / "spm.model"
     tokenizer_file.write_bytes(tokenizer.model_proto)
-    data = read_run_config(model_dir)[1]["data"]
-
-    def pairs(split):
-        return load_pairs(data["dataset"], split, data["src_lang"], data["tgt_lang"], data["data_dir"], data["files"])
-
-    train = pairs("train")
+    train = load_run_pairs(model_dir, "train")
     batches = list(
         make_dataset(train, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False)
         .take(num_batches)
@@ -86,7 +80,7 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
         arrays[f"target_ids_{index}"] = inputs["target_ids"]
         arrays[f"labels_{index}"] = labels
     np.savez(work_dir / TRAIN_BATCHES, **arrays)
-    sources = [source for source, _ in pairs("val")[:num_sentences]]
+    sources = [source for source, _ in load_run_pairs(model_dir, "val")[:num_sentences]]
     decode = source_batches(tokenizer, sources, batch_size, config.max_length)
     np.savez(work_dir / SOURCE_BATCHES, **{f"batch_{index}": np.asarray(ids) for index, ids in enumerate(decode)})
     settings = {

@@ -30,6 +30,10 @@ from keras_transformer.runs import load_run
 
 Row = collections.namedtuple("Row", ["name", "ours", "base", "ratio", "target"])
 
+# Row e's engines over a vocabulary shortlist (`ctranslate2_rows(..., vocabulary_map=...)`).
+SHORTLIST_ENGINE = "SavedModel + shortlist"
+VMAP_SUFFIX = " + vmap"
+
 
 def training_rows(config, pairs, tokenizer, precision="float32", steps=30, rounds=3, batch_tokens=4096,
                   padded_length=32, padded_batch=64, jit_compile=False, seed=0, fma_units=2, log=print):
@@ -189,7 +193,7 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
 
 
 def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, threads=2, batch_sizes=(16, 32, 64, 128),
-                     sweep_sentences=256, rounds=3, tokenize="13a", log=print):
+                     sweep_sentences=256, rounds=3, tokenize="13a", vocabulary_map=None, log=print):
     """Row e: the same weights and sentences decoded four ways, timed alternately in one run.
 
     Every engine takes text and returns text, so every time includes tokenizing and
@@ -214,11 +218,15 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
         sweep_sentences: sentences of the batch-size sweep.
         rounds: timed passes over all sentences per engine, alternating.
         tokenize: sacreBLEU tokenizer of the BLEU column.
+        vocabulary_map: None, or a `decoding.shortlist.VocabularyMap`: three more engines
+            search over its per-batch shortlist (an approximation, hence the BLEU column):
+            our SavedModel, and CTranslate2 float32 and int8 with the same map (`use_vmap`).
         log: prints the sweep and the per-engine table (batch size, sentences/s, target tokens/s, BLEU).
 
     Returns:
         `Row`s of sentences/s, each engine against CTranslate2 float32 (target 1.0 for the
-        SavedModel). Target tokens are the output's SentencePiece pieces plus EOS, counted
+        SavedModel); with a map, also the shortlisted SavedModel against CTranslate2
+        float32 and int8 with the map. Target tokens are the output's SentencePiece pieces plus EOS, counted
         the same way for every engine from its output text.
     """
     import ctranslate2
@@ -245,13 +253,21 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
             "SavedModel": lambda texts, size: translate_in_batches(saved_model.translate_batch, texts, size)[0],
             "in-process search": lambda texts, size: translate_in_batches(in_process.translate_batch, texts, size)[0],
         }
+        if vocabulary_map is not None:
+            shortlisted = SavedModelTranslator(str(export_saved_model(
+                TranslationModule(model, tokenizer, **search, vocabulary_map=vocabulary_map), workdir,
+                name="shortlist", verify=False, check_ops=False).path))
+            engines[SHORTLIST_ENGINE] = (
+                lambda texts, size: translate_in_batches(shortlisted.translate_batch, texts, size)[0])
         for quantization in ("float32", "int8"):
-            path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization)
+            path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization,
+                                      vocabulary_map=vocabulary_map)
             translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
-            engines[f"CTranslate2 {quantization}"] = (
-                lambda texts, size, translator=translator: detokenize(translate_ctranslate2(
-                    translator, tokenizer, texts, **search, max_source_length=config.max_length,
-                    max_batch_size=size)[0]))
+            for use_vmap in (False, True) if vocabulary_map is not None else (False,):
+                engines[f"CTranslate2 {quantization}" + (VMAP_SUFFIX if use_vmap else "")] = (
+                    lambda texts, size, translator=translator, use_vmap=use_vmap: detokenize(translate_ctranslate2(
+                        translator, tokenizer, texts, **search, max_source_length=config.max_length,
+                        max_batch_size=size, use_vmap=use_vmap)[0]))
 
         sweep = sources[:sweep_sentences]
         for translate in engines.values():
@@ -264,9 +280,9 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
                 curve[engine][size] = len(sweep) / seconds
         chosen = {engine: max(rates, key=rates.get) for engine, rates in curve.items()}
         log(f"e. batch-size sweep on {len(sweep)} sentences (sentences/s):")
-        log(f"   {'engine':22s} " + " ".join(f"{size:>8d}" for size in batch_sizes))
+        log(f"   {'engine':26s} " + " ".join(f"{size:>8d}" for size in batch_sizes))
         for engine, rates in curve.items():
-            log(f"   {engine:22s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
+            log(f"   {engine:26s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
 
         fastest = fastest_of_alternating(
             {engine: functools.partial(translate, sources, chosen[engine]) for engine, translate in engines.items()},
@@ -274,18 +290,26 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
 
     log(f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
         f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}")
-    log(f"   {'engine':22s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
+    log(f"   {'engine':26s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
     rates = {}
     for engine, (seconds, translations) in fastest.items():
         tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations).to_list())
         bleu = corpus_bleu(translations, references, tokenize=tokenize)[0]
         rates[engine] = len(sources) / seconds
-        log(f"   {engine:22s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
+        log(f"   {engine:26s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
     base = rates["CTranslate2 float32"]
-    return [
+    rows = [
         Row("e. SavedModel vs CTranslate2 float32, sentences/s", rates["SavedModel"], base, rates["SavedModel"] / base, 1.0),
         Row("e. in-process vs CTranslate2 float32, sentences/s", rates["in-process search"], base,
             rates["in-process search"] / base, None),
         Row("e. CT2 int8 vs CTranslate2 float32, sentences/s", rates["CTranslate2 int8"], base,
             rates["CTranslate2 int8"] / base, None),
+        Row("e. SavedModel vs CTranslate2 int8, sentences/s", rates["SavedModel"], rates["CTranslate2 int8"],
+            rates["SavedModel"] / rates["CTranslate2 int8"], 1.0),
     ]
+    if vocabulary_map is not None:
+        for quantization in ("float32", "int8"):
+            theirs = rates[f"CTranslate2 {quantization}{VMAP_SUFFIX}"]
+            rows.append(Row(f"e. shortlist: SavedModel vs CT2 {quantization} + vmap, sentences/s",
+                            rates[SHORTLIST_ENGINE], theirs, rates[SHORTLIST_ENGINE] / theirs, None))
+    return rows

@@ -34,6 +34,7 @@ from keras_transformer.decoding import portable, selection
 from keras_transformer.decoding.greedy import on_tensorflow
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.decoding.shortlist import OUTPUT_IDS
 from keras_transformer.decoding.steps import loop_shape_invariants, make_step
 from keras_transformer.layers.tracing import in_xla_context
 
@@ -113,6 +114,10 @@ def beam_search(
     k = beam_size
 
     state = step_fn.initialize(source_ids, buffer_size, num_copies=k)  # rows b * K + beam
+    # A vocabulary shortlist (`shortlist.ShortlistStep`): the logits cover its tokens only.
+    shortlisted = isinstance(state, dict) and OUTPUT_IDS in state
+    if shortlisted and constraint is not None:
+        raise ValueError("A search constraint needs the full vocabulary: pass no vocabulary shortlist with it")
     # Sentences that are done leave the working set (their decoder rows are no longer
     # computed) when the step can drop them; under XLA shapes must stay static.
     compact = bool(getattr(step_fn, "can_drop_sentences", False)) and not in_xla_context()
@@ -137,8 +142,9 @@ def beam_search(
     def body(index, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
         num_active = tf.shape(active)[0]
         flat_ids = tf.reshape(alive_ids, [-1, width])  # (A * K, L + 1)
-        logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V)
-        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # not renormalized
+        logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V), or (A * K, V') over a shortlist
+        output_ids = state[OUTPUT_IDS] if shortlisted else None  # (V',): the token of each logit
+        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1), output_ids)  # not renormalized
         if constraint is not None:  # per hypothesis: its sentence's words and limit
             log_probs = constraint.apply(
                 log_probs, flat_ids, index, tf.repeat(tf.gather(words, active), k), tf.repeat(tf.gather(limits, active), k)
@@ -154,6 +160,8 @@ def beam_search(
         top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as tf.math.top_k
         parents = top_indices // vocabulary_size  # (A, 2K)
         tokens = top_indices % vocabulary_size  # (A, 2K)
+        if shortlisted:
+            tokens = tf.gather(output_ids, tokens)  # positions in the shortlist -> token ids
         top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (A, 2K, L + 1)
         top_ids = tf.where(tf.equal(slots, index + 1)[None, None, :], tokens[:, :, None], top_ids)
         valid = (top_log_probs > _NEG_INF) & tf.logical_not(active_done)[:, None]

@@ -117,8 +117,12 @@ def output_limits(source_ids, buffer_size, max_output_offset):
     return ops.minimum(source_lengths(source_ids) + max_output_offset, buffer_size)
 
 
-def mask_banned(log_probs):
-    """Set the log-probabilities (or logits) of `BANNED_IDS` to -inf. `(..., V)` -> `(..., V)`."""
-    vocabulary_size = ops.shape(log_probs)[-1]
-    banned = ops.any(ops.equal(ops.arange(vocabulary_size)[:, None], ops.array(BANNED_IDS, "int32")[None, :]), axis=1)  # (V,)
+def mask_banned(log_probs, token_ids=None):
+    """Set the log-probabilities (or logits) of `BANNED_IDS` to -inf. `(..., V)` -> `(..., V)`.
+
+    `token_ids`: None (entry v is token v), or int `(V,)`: the token of each entry (a
+    vocabulary shortlist)."""
+    if token_ids is None:
+        token_ids = ops.arange(ops.shape(log_probs)[-1])
+    banned = ops.any(ops.equal(ops.cast(token_ids, "int32")[:, None], ops.array(BANNED_IDS, "int32")[None, :]), axis=1)  # (V,)
     return ops.where(banned, ops.cast(-math.inf, log_probs.dtype), log_probs)

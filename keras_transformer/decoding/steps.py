@@ -169,8 +169,13 @@ class CachedStep:
             extra["word_positions"] = tf.gather(words, index[None], axis=1)  # (N, 1)
         if "source_words" in state:
             extra["source_word_positions"] = state["source_words"]
-        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"], **extra)
+        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"], **extra,
+                                               **self.output_kwargs(state))
         return tf.cast(logits[:, 0, :], tf.float32), {**state, "cache": cache}
+
+    def output_kwargs(self, state):
+        """Extra `decode_step` arguments that choose the logits' tokens (`shortlist.ShortlistStep`)."""
+        return {}
 
     def reorder(self, state, indices, sentences=None):
         cache, source_mask = reorder_cache(state["cache"], indices), state["source_mask"]

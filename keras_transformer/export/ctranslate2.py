@@ -53,6 +53,7 @@ from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
 QUANTIZATIONS = ("float32", "int8")
+VMAP_FILE = "vmap.txt"  # CTranslate2's name for a model's vocabulary map
 # Keras activation name -> name of the `ctranslate2.specs.Activation` member.
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH", "swish": "SWISH", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -241,7 +242,7 @@ def vocabulary(tokenizer):
     return pieces
 
 
-def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()):
+def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None):
     """Write `model` (float32) as a CTranslate2 model directory.
 
     Args:
@@ -250,6 +251,8 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         output_dir: the directory to write; replaced if it exists.
         quantization: "float32" or "int8".
         files: paths of files to copy into the directory (e.g. the SentencePiece model).
+        vocabulary_map: None, or a `decoding.shortlist.VocabularyMap`, written as the
+            model's `vmap.txt` (translate with `use_vmap=True`).
 
     Returns:
         `output_dir` (a `Path`, or the URL as given).
@@ -259,14 +262,19 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
     spec = transformer_spec(model, pieces)
     for path in files:
         spec.register_file(str(path))
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    with tempfile.TemporaryDirectory() as scratch:  # CTranslate2 writes local files only
+    with tempfile.TemporaryDirectory() as maps, tempfile.TemporaryDirectory() as scratch:  # local files only
+        if vocabulary_map is not None:
+            vmap = f"{maps}/{VMAP_FILE}"
+            vocabulary_map.write_ctranslate2(vmap, pieces)
+            spec.register_vocabulary_mapping(vmap)
+        spec.validate()
+        spec.optimize(quantization=quantization)
         spec.save(scratch)
         return fs.publish_dir(scratch, output_dir, replace=True)
 
 
-def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint=None, average_last=None, overwrite=False):
+def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint=None, average_last=None, overwrite=False,
+                       vocabulary_map=None):
     """Convert a run directory's weights into a CTranslate2 model directory.
 
     Args:
@@ -276,10 +284,11 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
         checkpoint: a checkpoint prefix (default: the latest).
         average_last: instead, average the last this many checkpoints.
         overwrite: replace an existing `output_dir` (refused otherwise).
+        vocabulary_map: None, or a `decoding.shortlist.VocabularyMap` (`vmap.txt`).
 
     Returns:
         the output directory (a `Path`, or the URL as given). It holds `model.bin`, `config.json`,
-        `shared_vocabulary.json` and the run's `spm.model`.
+        `shared_vocabulary.json` and the run's `spm.model` (and `vmap.txt` with a map).
     """
 
     if quantization not in QUANTIZATIONS:
@@ -290,7 +299,7 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
     model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32")
     with fs.local_copy(fs.join(model_dir, TOKENIZER_FILE)) as tokenizer_file:
         return save_ctranslate2(model, vocabulary(tokenizer), output_dir, quantization=quantization,
-                                files=[tokenizer_file])
+                                files=[tokenizer_file], vocabulary_map=vocabulary_map)
 
 
 def translate_ctranslate2(
@@ -302,6 +311,7 @@ def translate_ctranslate2(
     max_output_offset=SearchOptions.max_output_offset,
     max_source_length=256,
     max_batch_size=64,
+    use_vmap=False,
 ):
     """Translate `texts` with a `ctranslate2.Translator` under our length limits.
 
@@ -311,7 +321,8 @@ def translate_ctranslate2(
     by source length, so that one `max_decoding_length` holds for a whole call.
     `length_penalty` is CTranslate2's (|Y|^alpha, see the module docstring); its default 0
     gives our search's outputs. Pass a run's `SearchOptions.from_config(config).kwargs()` for
-    its beam size and offset (the defaults are `SearchOptions`', the paper's).
+    its beam size and offset (the defaults are `SearchOptions`', the paper's). `use_vmap`:
+    search over the model's vocabulary map (`export_ctranslate2(..., vocabulary_map=...)`).
 
     Returns:
         `(output_ids: list of int lists (EOS appended when produced), scores: list of float)`,
@@ -336,6 +347,7 @@ def translate_ctranslate2(
                 min_decoding_length=0,
                 return_scores=True,
                 return_end_token=True,
+                use_vmap=use_vmap,
             )
             for index, result in zip(chunk, results):
                 outputs[index] = [ids_of[piece] for piece in result.hypotheses[0]]

@@ -33,6 +33,7 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.decoding.shortlist import ShortlistStep
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.runs import load_run
@@ -88,6 +89,9 @@ class TranslationModule(tf.Module):
             sized for the longest source the model accepts.
         max_source_length: sources are cut to this many tokens, EOS included (default and
             maximum: `model.config.max_length`).
+        vocabulary_map: None (the exact search), or a `decoding.shortlist.VocabularyMap`:
+            each batch's output projection covers only the tokens its sources map to (an
+            approximation, CTranslate2's `use_vmap`; docs/decoding.md).
         name: module name.
 
     Example:
@@ -108,6 +112,7 @@ class TranslationModule(tf.Module):
         max_output_offset=None,
         max_output_length=None,
         max_source_length=None,
+        vocabulary_map=None,
         name="translator",
     ):
         super().__init__(name=name)
@@ -151,6 +156,8 @@ class TranslationModule(tf.Module):
         self.max_source_length = max_source_length
         self.vocabulary_size = config.vocabulary_size
         self.constraint = None  # a search constraint (export.parser.ParsingModule's TreeConstraint)
+        self.vocabulary_map = vocabulary_map
+        self.step = None if vocabulary_map is None else ShortlistStep(model, vocabulary_map)
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, average_last=None, quantization=None, **settings):
@@ -177,6 +184,7 @@ class TranslationModule(tf.Module):
             "max_output_offset": self.max_output_offset,
             "max_output_length": self.max_output_length,
             "max_source_length": self.max_source_length,
+            **({} if self.vocabulary_map is None else {"vocabulary_map": self.vocabulary_map.description}),
         }
 
     # --- the exported functions ---
@@ -281,7 +289,7 @@ class TranslationModule(tf.Module):
         has_pieces = tf.reduce_any(tf.not_equal(source_ids, PAD_ID) & tf.not_equal(source_ids, EOS_ID), axis=1)  # (B,)
         rows = tf.where(has_pieces)  # (N, 1) int64
         token_ids, scores = beam_search(
-            self.model,
+            self.step or self.model,
             tf.gather_nd(source_ids, rows),  # (N, S)
             beam_size=self.beam_size,
             length_penalty=self.length_penalty,

@@ -40,9 +40,12 @@ class SharedEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: int ids `(B, T)`, or hidden states `(B, T, D)` with `reverse=True`.
         reverse: project hidden states to vocabulary logits.
+        output_ids: with `reverse=True`, None or int `(V',)`: the logits of these tokens
+            only (a vocabulary shortlist).
 
     Returns:
-        `(B, T, D)` embeddings, or float32 `(B, T, V)` logits with `reverse=True`.
+        `(B, T, D)` embeddings, or float32 `(B, T, V)` logits with `reverse=True`
+        (`(B, T, V')` with `output_ids`).
 
     Example:
 
@@ -90,9 +93,10 @@ class SharedEmbedding(keras.layers.Layer):
             self.embeddings = self.add_weight(name="embeddings", shape=shape, initializer=self.embeddings_initializer)
         self.built = True
 
-    def call(self, inputs, reverse=False):
+    def call(self, inputs, reverse=False, output_ids=None):
         if reverse:
-            kernel = ops.cast(self.embeddings, self.compute_dtype)
+            kernel = self.embeddings if output_ids is None else ops.take(self.embeddings, output_ids, axis=0)
+            kernel = ops.cast(kernel, self.compute_dtype)
             logits = ops.matmul(inputs, ops.transpose(kernel))  # (B, T, V)
             return ops.cast(logits, "float32")
         outputs = ops.take(self.embeddings, ops.cast(inputs, "int32"), axis=0)  # (B, T, D)
@@ -128,13 +132,14 @@ class SharedEmbedding(keras.layers.Layer):
         config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
         return super().from_config(config)
 
-    def compute_output_shape(self, input_shape, reverse=False):
+    def compute_output_shape(self, input_shape, reverse=False, output_ids_shape=None):
         if reverse:
-            return tuple(input_shape[:-1]) + (self.vocabulary_size,)
+            return tuple(input_shape[:-1]) + ((self.vocabulary_size,) if output_ids_shape is None else tuple(output_ids_shape))
         return tuple(input_shape) + (self.embedding_dim,)
 
-    def compute_output_spec(self, inputs, reverse=False):
-        shape = self.compute_output_shape(inputs.shape, reverse=reverse)
+    def compute_output_spec(self, inputs, reverse=False, output_ids=None):
+        shape = self.compute_output_shape(inputs.shape, reverse=reverse,
+                                          output_ids_shape=None if output_ids is None else output_ids.shape)
         dtype = "float32" if reverse else self.compute_dtype
         return keras.KerasTensor(shape, dtype=dtype)
 
@@ -169,11 +174,14 @@ class SharedEmbedding(keras.layers.Layer):
             name="embeddings_scale", shape=embeddings_shape[:1], initializer="ones", trainable=False
         )
 
-    def _int8_call(self, inputs, reverse=False):
+    def _int8_call(self, inputs, reverse=False, output_ids=None):
         if reverse:  # the scale of token v divides logit v
+            kernel, scale = self.embeddings, self.embeddings_scale
+            if output_ids is not None:
+                kernel, scale = ops.take(kernel, output_ids, axis=0), ops.take(scale, output_ids, axis=0)
             return quantization.quantized_matmul(
-                inputs, ops.transpose(self.embeddings), self.embeddings_scale, self.inputs_quantizer, "float32"
-            )  # (B, T, V)
+                inputs, ops.transpose(kernel), scale, self.inputs_quantizer, "float32"
+            )  # (B, T, V|V')
         ids = ops.cast(inputs, "int32")
         rows = ops.cast(ops.take(self.embeddings, ids, axis=0), "float32")  # (B, T, D)
         scale = ops.cast(ops.take(self.embeddings_scale, ids, axis=0), "float32")  # (B, T)

@@ -251,11 +251,14 @@ class Transformer(keras.Model):
             hidden = self.final_norms["encoder"](hidden)
         return hidden, source_mask
 
-    def _logits(self, hidden):
+    def _logits(self, hidden, output_ids=None):
         if "decoder" in self.final_norms:
             hidden = self.final_norms["decoder"](hidden)
         if self.output_projection is None:
-            return self.target_embedding(hidden, reverse=True)  # (B, T, V) float32
+            return self.target_embedding(hidden, reverse=True, output_ids=output_ids)  # (B, T, V|V') float32
+        if output_ids is not None:
+            raise ValueError("A vocabulary shortlist (output_ids) needs the output projection tied to the target "
+                             "embedding. Received: config.tie_output=False")
         return ops.cast(self.output_projection(hidden), "float32")
 
     def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False,
@@ -353,7 +356,7 @@ class Transformer(keras.Model):
         return tuple(layer.init_cache(encoder_outputs, max_length) for layer in self.decoder_layers)
 
     def decode_step(self, token_ids, cache, cache_index, source_padding_mask, word_positions=None,
-                    source_word_positions=None):
+                    source_word_positions=None, output_ids=None):
         """Decode new target positions with the cache (inference: dropout off).
 
         Args:
@@ -373,9 +376,11 @@ class Transformer(keras.Model):
             source_word_positions: with `config.word_window` (and only then), int `(B, S)`
                 from `source_word_positions(source_ids)`, one row per token row (a model
                 with a word window shares no cross cache between beam copies).
+            output_ids: None, or int `(V',)`: logits for these tokens only (a vocabulary
+                shortlist, `decoding.shortlist`; needs the tied output projection).
 
         Returns:
-            `(logits (B, Q, V) float32, cache)`.
+            `(logits (B, Q, V) float32, cache)`; `(B, Q, V')` with `output_ids`.
         """
         if (word_positions is None) == self.uses_word_positions:
             raise ValueError(
@@ -403,7 +408,7 @@ class Transformer(keras.Model):
                 training=False,
             )
             new_cache.append(layer_cache)
-        return self._logits(hidden), tuple(new_cache)
+        return self._logits(hidden, output_ids), tuple(new_cache)
 
     # --- int8 ---
 

@@ -94,7 +94,7 @@ flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the mac
 
 flags.DEFINE_bool("ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2.")
 flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
-cli.define_vocabulary_map_flag()  # row e: three more engines over the shortlist
+cli.define_vocabulary_map_flag()  # row e: three more engines over the shortlist; the profile: over it
 flags.DEFINE_bool("row_d", True, "With --model_dir: row d (--norow_d: only row e or the SavedModel profile).")
 flags.DEFINE_list("decode_batch_sizes", ["16", "32", "64", "128"], "Rows e and --profile_saved_model: batch sizes "
                   "tried (row e gives each engine its fastest).")
@@ -175,7 +175,7 @@ def main(argv):
         training_profile(models, config, batches, jit_compile=FLAGS.jit_compile)
     if FLAGS.model_dir and FLAGS.profile_saved_model:  # after the table: it needs the most memory
         profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
-                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2))
+                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2), vocabulary_map=cli.vocabulary_map(FLAGS.model_dir))
     if FLAGS.attention_scaling:
         config = cli.config_from_flags()
         print(f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "

@@ -250,8 +250,9 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
     return results
 
 
-def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, log=print):
-    """`saved_model_profile` of a trained run's export (the run's search settings, `TranslationModule`)."""
+def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, vocabulary_map=None, log=print):
+    """`saved_model_profile` of a trained run's export (the run's search settings, `TranslationModule`;
+    `vocabulary_map`: over its shortlist, `decoding.shortlist`)."""
     from keras_transformer.decoding.options import SearchOptions
     from keras_transformer.export import TranslationModule, export_saved_model
     from keras_transformer.runs import load_run
@@ -259,9 +260,10 @@ def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, log
     model, tokenizer, config = load_run(model_dir)
     search = SearchOptions.from_config(config, "beam").kwargs()
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="profile",
-                                      verify=False, check_ops=False)
-        log(f"SavedModel profile: beam {search['beam_size']}, alpha {search['length_penalty']}, "
+        exported = export_saved_model(TranslationModule(model, tokenizer, **search, vocabulary_map=vocabulary_map),
+                                      workdir, name="profile", verify=False, check_ops=False)
+        shortlist = "" if vocabulary_map is None else f", vocabulary map {vocabulary_map.description}"
+        log(f"SavedModel profile: beam {search['beam_size']}, alpha {search['length_penalty']}{shortlist}, "
             f"{len(sources)} sentences, fastest of {rounds} alternating rounds per batch size")
         return saved_model_profile(str(exported.path), sources, batch_sizes, rounds, log=log)
 

@@ -147,6 +147,7 @@ def main(argv):
             batch_tokens=FLAGS.batch_tokens, padded_length=FLAGS.padded_length, padded_batch=FLAGS.padded_batch,
             jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, fma_units=FLAGS.fma_units,
         ))
+    vocabulary_map = cli.vocabulary_map(FLAGS.model_dir) if FLAGS.model_dir else None  # for row e and the profile
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         if FLAGS.row_d:
@@ -157,7 +158,7 @@ def main(argv):
         if FLAGS.ctranslate2:
             rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
                                          threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds,
-                                         vocabulary_map=cli.vocabulary_map(FLAGS.model_dir)))
+                                         vocabulary_map=vocabulary_map))
 
     if rows:
         print()
@@ -175,7 +176,7 @@ def main(argv):
         training_profile(models, config, batches, jit_compile=FLAGS.jit_compile)
     if FLAGS.model_dir and FLAGS.profile_saved_model:  # after the table: it needs the most memory
         profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
-                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2), vocabulary_map=cli.vocabulary_map(FLAGS.model_dir))
+                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2), vocabulary_map=vocabulary_map)
     if FLAGS.attention_scaling:
         config = cli.config_from_flags()
         print(f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "

@@ -94,7 +94,6 @@ def main(argv):
     if module is ParsingModule and FLAGS.vocabulary_map:
         raise app.UsageError("--vocabulary_map applies to translation runs: a parse's tree constraint needs the full "
                              "vocabulary.")
-    settings = {"vocabulary_map": cli.vocabulary_map(FLAGS.model_dir)} if FLAGS.vocabulary_map else {}
     translator = module.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
@@ -105,7 +104,7 @@ def main(argv):
         max_output_offset=options.max_output_offset,
         max_output_length=FLAGS.max_output_length,
         max_source_length=FLAGS.max_source_length,
-        **settings,
+        vocabulary_map=cli.vocabulary_map(FLAGS.model_dir),
     )
     name = FLAGS.name or fs.name(FLAGS.model_dir)
     result = export_saved_model(

@@ -10,6 +10,8 @@ from keras_transformer.decoding import beam_search
 from keras_transformer.decoding.shortlist import ShortlistStep, VocabularyMap, batch_shortlist, run_vocabulary_map
 from keras_transformer.decoding.text import encode_source
 from keras_transformer.export import TranslationModule
+from keras_transformer.layers import SharedEmbedding
+from keras_transformer.runs import load_run
 
 NUM_SENTENCES = 64
 
@@ -54,6 +56,35 @@ def test_shortlist_of_every_token_is_the_exact_search(run_model, sources):
     every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
     exact_ids, exact_scores = beam_search(model, source_ids, beam_size=4, num_return=2)
     ids, scores = beam_search(ShortlistStep(model, every_token), source_ids, beam_size=4, num_return=2)
+    np.testing.assert_array_equal(ids.numpy(), exact_ids.numpy())
+    np.testing.assert_array_equal(scores.numpy(), exact_scores.numpy())
+
+
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_shortlisted_projection_is_the_full_one_at_its_ids(quantization):
+    """`SharedEmbedding(hidden, reverse=True, output_ids=ids)` gives the full projection's
+    logits at `ids`, float32 and int8 (kernel rows with their own scales)."""
+    layer = SharedEmbedding(vocabulary_size=40, embedding_dim=8)
+    layer.build((None, None))
+    layer.embeddings.assign(np.random.default_rng(0).normal(size=(40, 8)).astype("float32"))
+    if quantization:
+        layer.quantize(quantization)
+    hidden = tf.constant(np.random.default_rng(1).normal(size=(3, 2, 8)).astype("float32"))
+    ids = tf.constant([0, 3, 7, 8, 21, 39])
+    full = layer(hidden, reverse=True).numpy()
+    np.testing.assert_allclose(layer(hidden, reverse=True, output_ids=ids).numpy(), full[..., ids.numpy()],
+                               rtol=1e-6, atol=1e-6)  # fewer columns, the same sums
+
+
+def test_int8_shortlist_of_every_token_is_the_exact_search(trained_run, sources):
+    """The int8 model searches its every-token shortlist as it searches the full vocabulary
+    (its per-token scales are taken with the kernel rows)."""
+    model, _, config = load_run(trained_run, quantization="int8")
+    _, source_ids = sources
+    size = config.vocabulary_size
+    every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
+    exact_ids, exact_scores = beam_search(model, source_ids[:16], beam_size=4)
+    ids, scores = beam_search(ShortlistStep(model, every_token), source_ids[:16], beam_size=4)
     np.testing.assert_array_equal(ids.numpy(), exact_ids.numpy())
     np.testing.assert_array_equal(scores.numpy(), exact_scores.numpy())
 

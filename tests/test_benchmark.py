@@ -345,6 +345,31 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     assert bleu["CTranslate2 float32 + vmap"] == bleu["CTranslate2 float32"]
 
 
+def test_profile_of_a_fresh_instance_keeps_the_ops_that_unprofiled_runs_found_cheap():
+    """TensorFlow stops tracing an op once unprofiled runs of its function found it cheap (a
+    gather of two floats): the profile of the warmed-up instance has no such op, and
+    `fresh_op_times`, on a new instance, has every one of its 300 runs' worth of time."""
+    import tensorflow as tf
+
+    from keras_transformer.benchmark.profile import by_type, fresh_op_times, op_times
+
+    def make_function():
+        @tf.function
+        def swap_many_times(pair):
+            return tf.while_loop(lambda i, pair: i < 300, lambda i, pair: (i + 1, tf.gather(pair, [1, 0])), (0, pair))[1]
+
+        return swap_many_times
+
+    pair = tf.constant([1.0, 2.0])
+    warmed = make_function()
+    for _ in range(5):
+        warmed(pair)
+    assert "GatherV2" not in by_type(op_times(warmed, pair)[1], top=None)  # what the profiles avoid
+    result, times = fresh_op_times(make_function, pair)
+    assert result.numpy().tolist() == [1.0, 2.0]
+    assert by_type(times, top=None)["GatherV2"] > 0
+
+
 def test_saved_model_profile_finds_the_beam_reorder(trained_run):
     """The profile of a real export at two batch sizes: every op time is attributed, and the
     beam search's gathers of the cached keys/values show up as the reorder kind, apart from

@@ -5,6 +5,13 @@ durations from the trace it writes (`*.xplane.pb`, read with the XSpace protocol
 that TensorFlow ships): one entry per op, named `scope/name:Type`. Op time is summed
 over threads, so with two threads it can exceed the wall time.
 
+TensorFlow's executor keeps a running cost estimate per op of each function instance; once
+an op's falls below ~8,000 cycles (a few microseconds) in unprofiled runs, the op counts as
+cheap and is traced only at `host_tracer_level=3`, which TensorFlow 2.21's profiler options
+cannot set (it ignores them: "host_tracer_level expects an i value"). A warmed-up function
+would lose its cheap ops from the trace, the more of them the longer it ran; so the profiles
+here run `fresh_op_times`: a new instance of the function that has only run traced.
+
 `op_kind` sorts the decoder's ops into the parts of a beam-search step, and
 `saved_model_profile` puts the two together for a SavedModel: sentences/s at several batch
 sizes, and each kind's share of the op time at each batch size.
@@ -98,7 +105,9 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
                                       for name, step in steps.items()}, rounds=2)
     results = {}
     for name, step in steps.items():
-        times = {} if jit_compile else op_times(run_steps, step, batches)[1]
+        # A new step (and optimizer) for the profile: `step` ran unprofiled (`fresh_op_times`).
+        make_steps = functools.partial(_steps_of_new_step, models[name], config)
+        times = {} if jit_compile else fresh_op_times(make_steps, batches)[1]
         parts = collections.Counter()
         for op, seconds in times.items():
             parts[training_part(op)] += seconds
@@ -106,6 +115,11 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
                          "parts": dict(parts.most_common()), "types": by_type(times)}
     log(format_training_profile(results, len(batches), jit_compile))
     return results
+
+
+def _steps_of_new_step(model, config):
+    """`run_steps` over a new `make_train_step(model, config)`, for `fresh_op_times`."""
+    return functools.partial(run_steps, make_train_step(model, config))
 
 
 def format_training_profile(results, num_batches, jit_compile=False):
@@ -193,6 +207,16 @@ def op_times(function, *args, **kwargs):
         return result, read_op_times(logdir)
 
 
+def fresh_op_times(make_function, *args, **kwargs):
+    """`op_times` of a new instance `make_function()`, called on `*args, **kwargs`.
+
+    The instance has never run outside the profiler, so every op it executes is in the
+    trace: TensorFlow stops tracing an op only after unprofiled runs found it cheap (see the
+    module's docstring). Its first call instantiates the function; that is not op time.
+    """
+    return op_times(make_function(), *args, **kwargs)
+
+
 def by_kind(times):
     """`{kind: seconds}` of `op_times`' result, largest first."""
     totals = collections.Counter()
@@ -218,8 +242,8 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
         batch_sizes: sentences per signature call.
         rounds: timing rounds, alternating over the batch sizes; each keeps its fastest.
         profile_sentences: the op times come from one profiled pass over the first this many
-            sentences (the profiler holds every op event in memory: ~24 GB for 1,000
-            sentences of the Multi30k model).
+            sentences, on a new load of the SavedModel (`fresh_op_times`); the profiler holds
+            every op event in memory (~24 GB for 1,000 sentences of the Multi30k model).
         log: prints the two tables.
 
     Returns:
@@ -237,8 +261,8 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
                                       for size, translator in translators.items()}, rounds)
     best = {size: seconds for size, (seconds, _) in fastest.items()}
     results = {}
-    for size, translator in translators.items():
-        _, times = op_times(translator, sources[:profile_sentences])
+    for size in batch_sizes:  # on a new load of the SavedModel: `translators` ran unprofiled (`fresh_op_times`)
+        _, times = fresh_op_times(functools.partial(_translator_of_new_load, export_dir, size), sources[:profile_sentences])
         results[size] = {
             "sentences_per_second": len(sources) / best[size],
             "wall_seconds": best[size],
@@ -248,6 +272,13 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
         }
     log(format_profile(results, len(sources), profile_sentences))
     return results
+
+
+def _translator_of_new_load(export_dir, batch_size):
+    """`translate_in_batches` over a new load of the SavedModel, for `fresh_op_times`."""
+    from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
+
+    return functools.partial(translate_in_batches, SavedModelTranslator(export_dir).translate_batch, batch_size=batch_size)
 
 
 def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, vocabulary_map=None, log=print):

@@ -147,7 +147,9 @@ def main(argv):
             batch_tokens=FLAGS.batch_tokens, padded_length=FLAGS.padded_length, padded_batch=FLAGS.padded_batch,
             jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, fma_units=FLAGS.fma_units,
         ))
-    vocabulary_map = cli.vocabulary_map(FLAGS.model_dir) if FLAGS.model_dir else None  # for row e and the profile
+    vocabulary_map = None  # built once, for row e and the profile, the two that use it
+    if FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model):
+        vocabulary_map = cli.vocabulary_map(FLAGS.model_dir)
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         if FLAGS.row_d:

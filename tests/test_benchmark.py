@@ -318,8 +318,7 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     from keras_transformer.decoding.shortlist import VocabularyMap
     from keras_transformer.runs import read_run_config
 
-    size = read_run_config(trained_run)[0].vocabulary_size
-    every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
+    every_token = VocabularyMap.every_token(read_run_config(trained_run)[0].vocabulary_size)
     lines = []
     rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_sizes=(2, 4),
                             sweep_sentences=4, rounds=2, tokenize="char", vocabulary_map=every_token,

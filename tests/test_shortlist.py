@@ -52,8 +52,7 @@ def test_shortlist_of_every_token_is_the_exact_search(run_model, sources):
     """Every output and score equal the full-vocabulary search's (n-best included)."""
     model, _, config = run_model
     _, source_ids = sources
-    size = config.vocabulary_size
-    every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
+    every_token = VocabularyMap.every_token(config.vocabulary_size)
     exact_ids, exact_scores = beam_search(model, source_ids, beam_size=4, num_return=2)
     ids, scores = beam_search(ShortlistStep(model, every_token), source_ids, beam_size=4, num_return=2)
     np.testing.assert_array_equal(ids.numpy(), exact_ids.numpy())
@@ -81,8 +80,7 @@ def test_int8_shortlist_of_every_token_is_the_exact_search(trained_run, sources)
     (its per-token scales are taken with the kernel rows)."""
     model, _, config = load_run(trained_run, quantization="int8")
     _, source_ids = sources
-    size = config.vocabulary_size
-    every_token = VocabularyMap(np.tile(np.arange(size, dtype=np.int32), (size, 1)), np.zeros(0, np.int32))
+    every_token = VocabularyMap.every_token(config.vocabulary_size)
     exact_ids, exact_scores = beam_search(model, source_ids[:16], beam_size=4)
     ids, scores = beam_search(ShortlistStep(model, every_token), source_ids[:16], beam_size=4)
     np.testing.assert_array_equal(ids.numpy(), exact_ids.numpy())

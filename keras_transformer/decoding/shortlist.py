@@ -57,6 +57,13 @@ class VocabularyMap:
         return f"{self.candidates.shape[1]} per source token + {len(self.always)} frequent"
 
     @classmethod
+    def every_token(cls, vocabulary_size):
+        """The map whose every shortlist is the whole vocabulary: a shortlisted search
+        with it is the exact search (the reference the shortlist is checked against)."""
+        ids = np.arange(vocabulary_size, dtype=np.int32)
+        return cls(np.tile(ids, (vocabulary_size, 1)), np.zeros(0, np.int32))
+
+    @classmethod
     def build(cls, pairs, vocabulary_size, per_source=10, frequent=300):
         """The map of tokenized `(source ids, target ids)` pairs (the training data).
 

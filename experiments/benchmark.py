@@ -125,6 +125,9 @@ def main(argv):
     if not (FLAGS.training or FLAGS.model_dir or FLAGS.attention_scaling or FLAGS.profile_training):
         raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e), --attention_scaling (f) "
                              "or --profile_training.")
+    if FLAGS.vocabulary_map and not (FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model)):
+        raise app.UsageError(f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by row e (--ctranslate2) and "
+                             "--profile_saved_model, both with --model_dir: give one of them, or leave it out.")
     cli.quiet_info_logs()  # rows d and e export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
@@ -147,9 +150,7 @@ def main(argv):
             batch_tokens=FLAGS.batch_tokens, padded_length=FLAGS.padded_length, padded_batch=FLAGS.padded_batch,
             jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, fma_units=FLAGS.fma_units,
         ))
-    vocabulary_map = None  # built once, for row e and the profile, the two that use it
-    if FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model):
-        vocabulary_map = cli.vocabulary_map(FLAGS.model_dir)
+    vocabulary_map = cli.vocabulary_map(FLAGS.model_dir)  # for row e and the profile (None without the flag)
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         if FLAGS.row_d:

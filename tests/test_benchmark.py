@@ -275,6 +275,8 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
     assert "signature_serialization" not in result.stderr, result.stderr[-2000:]  # the export's INFO lines
     result = run_script("benchmark.py", "--notraining", check=False)
     assert result.returncode != 0 and "give --model_dir (d, e), --attention_scaling (f) or --profile_training" in result.stderr
+    result = run_script("benchmark.py", "--notraining", "--attention_scaling", "--vocabulary_map=20,500", check=False)
+    assert result.returncode != 0 and "--vocabulary_map=20,500 is used by row e (--ctranslate2)" in result.stderr
 
 
 def test_attention_scaling_row(tmp_path):

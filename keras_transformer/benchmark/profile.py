@@ -106,7 +106,7 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
     results = {}
     for name, step in steps.items():
         # A new step (and optimizer) for the profile: `step` ran unprofiled (`fresh_op_times`).
-        make_steps = functools.partial(_steps_of_new_step, models[name], config)
+        make_steps = functools.partial(_steps_of_new_step, models[name], config, batches)
         times = {} if jit_compile else fresh_op_times(make_steps, batches)[1]
         parts = collections.Counter()
         for op, seconds in times.items():
@@ -117,9 +117,14 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
     return results
 
 
-def _steps_of_new_step(model, config):
-    """`run_steps` over a new `make_train_step(model, config)`, for `fresh_op_times`."""
-    return functools.partial(run_steps, make_train_step(model, config))
+def _steps_of_new_step(model, config, batches):
+    """`run_steps` over a new `make_train_step(model, config)`, for `fresh_op_times`: traced for
+    each batch shape but never run (a second step tracing in its calls would set off
+    TensorFlow's warning about a `tf.function` created in a loop)."""
+    step = make_train_step(model, config)
+    for inputs, labels in batches:
+        step.get_concrete_function(inputs, labels)
+    return functools.partial(run_steps, step)
 
 
 def format_training_profile(results, num_batches, jit_compile=False):

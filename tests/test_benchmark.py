@@ -346,13 +346,16 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     assert bleu["CTranslate2 float32 + vmap"] == bleu["CTranslate2 float32"]
 
 
-def test_profile_of_a_fresh_instance_keeps_the_ops_that_unprofiled_runs_found_cheap():
-    """TensorFlow stops tracing an op once unprofiled runs of its function found it cheap (a
-    gather of two floats): the profile of the warmed-up instance has no such op, and
-    `fresh_op_times`, on a new instance, has every one of its 300 runs' worth of time."""
+def test_profile_of_a_fresh_instance_keeps_the_ops_that_unprofiled_runs_would_find_cheap():
+    """TensorFlow stops tracing an op once unprofiled runs of its function instance found it
+    cheap (a gather of two floats: a few hundred cycles, against its threshold of ~8,000), so
+    after five unprofiled runs of an instance its profile has no `GatherV2` (not asserted:
+    one preempted gather late in the warm-up keeps it traced). `fresh_op_times` profiles a new
+    instance, whose every op is traced, so the gathers are in it even after another instance
+    of the same function has run unprofiled."""
     import tensorflow as tf
 
-    from keras_transformer.benchmark.profile import by_type, fresh_op_times, op_times
+    from keras_transformer.benchmark.profile import by_type, fresh_op_times
 
     def make_function():
         @tf.function
@@ -365,7 +368,6 @@ def test_profile_of_a_fresh_instance_keeps_the_ops_that_unprofiled_runs_found_ch
     warmed = make_function()
     for _ in range(5):
         warmed(pair)
-    assert "GatherV2" not in by_type(op_times(warmed, pair)[1], top=None)  # what the profiles avoid
     result, times = fresh_op_times(make_function, pair)
     assert result.numpy().tolist() == [1.0, 2.0]
     assert by_type(times, top=None)["GatherV2"] > 0

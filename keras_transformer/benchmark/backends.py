@@ -16,8 +16,8 @@ order of the backends rotates from round to round) that loads them and times:
 * **decoding**: beam search (beam K, alpha, source length + offset) over every source
   batch, after an untimed pass; sentences per second and output tokens per second
   (fastest of `PASSES` passes). On
-  TensorFlow the search is a `tf.function` (`make_search_fn`); on JAX `decoding.portable`
-  under `jax.jit`; on PyTorch `decoding.portable` eagerly.
+  TensorFlow the search is a `tf.function` (`make_search_fn`); on JAX the same
+  `decoding.beam_search` under `jax.jit`; on PyTorch eagerly.
 * **the anchor, keras-hub's generation**: `keras_hub.samplers.BeamSampler` (K beams)
   driving the same model's cached `decode_step` over the same source batches
   (`peers.keras_hub_beam_search`), compiled as keras-hub compiles its own generation: XLA

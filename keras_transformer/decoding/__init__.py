@@ -1,11 +1,12 @@
 """Search algorithms over the cached decoder step: greedy, beam (GNMT length penalty), sampling.
 
-Every search is one `tf.while_loop` over a step function (static shapes under XLA), so it
-runs eagerly, under `tf.function`, under XLA (`jit_compile=True`) and inside exported
-SavedModels. `CachedStep` uses the model's key/value cache (growing with the output,
-preallocated under XLA); `RecomputeStep` re-runs the full decoder every step (the
-baseline, `use_cache=False`). On JAX and PyTorch, `greedy_search` and `beam_search` run
-`decoding.portable` (the same searches in `keras.ops`, the same outputs).
+Every search is one loop over a step function, written in `keras.ops`. On TensorFlow the
+loop is a `tf.while_loop` (static shapes under XLA), so it runs eagerly, under
+`tf.function`, under XLA (`jit_compile=True`) and inside exported SavedModels; greedy and
+beam search run the same code on JAX (`lax.while_loop`, under `jax.jit`) and PyTorch.
+`CachedStep` uses the model's key/value cache (growing with the output on TensorFlow
+outside XLA, preallocated elsewhere); `RecomputeStep` re-runs the full decoder every step
+(the baseline, `use_cache=False`, TensorFlow only).
 
 Example:
 

@@ -3,8 +3,11 @@
 Shape letters: B batch, K beam size, N = B * K, L output buffer length, V vocabulary size,
 R = num_return.
 
-One `tf.while_loop` over a step function (see `steps.py`; static shapes under XLA): runs
-eagerly, under `tf.function`, under XLA and inside an exported SavedModel.
+One loop over a step function (see `steps.py`), written in `keras.ops` for every Keras
+backend: on TensorFlow a `tf.while_loop` (static shapes under XLA) that runs eagerly, under
+`tf.function`, under XLA and inside an exported SavedModel, and where shapes may change,
+lets the sentences that are done leave the batch; on JAX a `lax.while_loop` that
+`jax.jit` compiles; on PyTorch a Python loop.
 
 The algorithm, per sentence, at step t (every alive hypothesis has t tokens):
 
@@ -27,15 +30,16 @@ With `beam_size=1` and `length_penalty=0` this is exactly greedy search.
 
 import math
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 from keras_transformer.decoding import lengths as lengths_lib
-from keras_transformer.decoding import portable, selection
-from keras_transformer.decoding.greedy import on_tensorflow
+from keras_transformer.decoding import selection
+from keras_transformer.decoding.greedy import check_backend
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.shortlist import OUTPUT_IDS
-from keras_transformer.decoding.steps import loop_shape_invariants, make_step
+from keras_transformer.decoding.steps import make_step, search_loop
 from keras_transformer.layers.tracing import in_xla_context
 
 _NEG_INF = -math.inf
@@ -94,23 +98,20 @@ def beam_search(
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((2, 2, 8), (2, 2))
 
-    On JAX and PyTorch this runs `portable.beam_search` (the same outputs); `use_cache=False`
-    and `constraint` need TensorFlow.
+    The same code runs on every Keras backend; `use_cache=False` and `constraint` need
+    TensorFlow.
 
     References:
         Vaswani et al., 2017, section 6.1; Wu et al., 2016 (GNMT), section 7.
     """
-    if not on_tensorflow("beam search", use_cache, constraint):  # it checks the arguments itself
-        return portable.beam_search(
-            model, source_ids, beam_size, length_penalty, max_output_offset, max_length, num_return
-        )
+    check_backend("beam search", use_cache, constraint)
     _check_beam_arguments(beam_size, length_penalty, num_return)
     alpha = float(length_penalty)
     step_fn = make_step(model, use_cache)
     source_ids = lengths_lib.as_source_ids(source_ids)
     buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
-    batch_size = tf.shape(source_ids)[0]
+    batch_size = ops.shape(source_ids)[0]
     k = beam_size
 
     state = step_fn.initialize(source_ids, buffer_size, num_copies=k)  # rows b * K + beam
@@ -119,99 +120,107 @@ def beam_search(
     if shortlisted and constraint is not None:
         raise ValueError("A search constraint needs the full vocabulary: pass no vocabulary shortlist with it")
     # Sentences that are done leave the working set (their decoder rows are no longer
-    # computed) when the step can drop them; under XLA shapes must stay static.
-    compact = bool(getattr(step_fn, "can_drop_sentences", False)) and not in_xla_context()
-    active = tf.range(batch_size)  # (A,): the sentences still searched, A <= B
-    alive_ids = tf.concat(
-        [tf.fill([batch_size, k, 1], BOS_ID), tf.zeros([batch_size, k, buffer_size], tf.int32)], axis=2
+    # computed) when the step can drop them and shapes may change: on TensorFlow outside
+    # XLA. Elsewhere the working set is the batch (A = B) and done sentences idle.
+    compact = (
+        bool(getattr(step_fn, "can_drop_sentences", False))
+        and keras.backend.backend() == "tensorflow"
+        and not in_xla_context()
+    )
+    active = ops.arange(batch_size, dtype="int32")  # (A,): the sentences still searched, A <= B
+
+    alive_ids = ops.concatenate(
+        [ops.full((batch_size, k, 1), BOS_ID, "int32"), ops.zeros((batch_size, k, buffer_size), "int32")], axis=2
     )  # (A, K, L + 1)
     # Only beam 0 is alive at first, so the first step does not expand K copies of BOS.
-    alive_log_probs = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])  # (A, K)
-    finished_ids = tf.zeros_like(alive_ids)  # (B, K, L + 1)
-    finished_scores = tf.fill([batch_size, k], _NEG_INF)  # (B, K)
-    done = tf.less_equal(limits, 0)  # (B,)
+    alive_log_probs = ops.tile(ops.convert_to_tensor([[0.0] + [_NEG_INF] * (k - 1)], "float32"), (batch_size, 1))  # (A, K)
+    finished_ids = ops.zeros_like(alive_ids)  # (B, K, L + 1)
+    finished_scores = ops.full((batch_size, k), _NEG_INF, "float32")  # (B, K)
+    done = ops.less_equal(limits, 0)  # (B,)
     words = constraint.source_words(source_ids) if constraint is not None else None  # (B,)
     best_possible_penalty = lengths_lib.length_penalty(limits, alpha)  # (B,) lp(limit)
-    width = tf.shape(alive_ids)[2]
-    slots = tf.range(width)  # (L + 1,)
-    in_first_k = (tf.range(2 * k) < k)[None, :]  # (1, 2K)
+    width = ops.shape(alive_ids)[2]
+    slots = ops.arange(width, dtype="int32")  # (L + 1,)
+    in_first_k = (ops.arange(2 * k) < k)[None, :]  # (1, 2K)
 
     def cond(index, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
-        return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(done)))
+        return ops.logical_and(index < buffer_size, ops.logical_not(ops.all(done)))
 
     def body(index, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state):
-        num_active = tf.shape(active)[0]
-        flat_ids = tf.reshape(alive_ids, [-1, width])  # (A * K, L + 1)
+        def of_active(tensor):  # (B, ...) -> (A, ...)
+            return ops.take(tensor, active, axis=0) if compact else tensor
+
+        def set_active(tensor, values):  # (B, ...) with rows `active` set to `values (A, ...)`
+            return ops.scatter_update(tensor, active[:, None], values) if compact else values
+
+        num_active = ops.shape(alive_ids)[0]
+        flat_ids = ops.reshape(alive_ids, (-1, width))  # (A * K, L + 1)
         logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V), or (A * K, V') over a shortlist
         output_ids = state[OUTPUT_IDS] if shortlisted else None  # (V',): the token of each logit
-        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1), output_ids)  # not renormalized
+        log_probs = lengths_lib.mask_banned(ops.log_softmax(logits, axis=-1), output_ids)  # not renormalized
         if constraint is not None:  # per hypothesis: its sentence's words and limit
             log_probs = constraint.apply(
-                log_probs, flat_ids, index, tf.repeat(tf.gather(words, active), k), tf.repeat(tf.gather(limits, active), k)
+                log_probs, flat_ids, index, ops.repeat(of_active(words), k, axis=0),
+                ops.repeat(of_active(limits), k, axis=0),
             )
-        vocabulary_size = log_probs.shape[-1] or tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [num_active, k, vocabulary_size])  # (A, K, V)
-        active_done = tf.gather(done, active)  # (A,)
-        active_limits = tf.gather(limits, active)  # (A,)
+        vocabulary_size = ops.shape(log_probs)[-1]
+        log_probs = ops.reshape(log_probs, (num_active, k, vocabulary_size))  # (A, K, V)
+        active_done = of_active(done)  # (A,)
+        active_limits = of_active(limits)  # (A,)
 
         # 1. the 2K best one-token extensions
         candidates = alive_log_probs[:, :, None] + log_probs  # (A, K, V)
-        candidates = tf.reshape(candidates, [num_active, k * vocabulary_size])  # static width for selection.top_k
-        top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as tf.math.top_k
+        candidates = ops.reshape(candidates, (num_active, k * vocabulary_size))  # static width for selection.top_k
+        top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as ops.top_k
         parents = top_indices // vocabulary_size  # (A, 2K)
         tokens = top_indices % vocabulary_size  # (A, 2K)
         if shortlisted:
-            tokens = tf.gather(output_ids, tokens)  # positions in the shortlist -> token ids
-        top_ids = tf.gather(alive_ids, parents, batch_dims=1)  # (A, 2K, L + 1)
-        top_ids = tf.where(tf.equal(slots, index + 1)[None, None, :], tokens[:, :, None], top_ids)
-        valid = (top_log_probs > _NEG_INF) & tf.logical_not(active_done)[:, None]
-        ended = tf.equal(tokens, EOS_ID) | (index + 1 >= active_limits)[:, None]
+            tokens = ops.take(output_ids, tokens, axis=0)  # positions in the shortlist -> token ids
+        top_ids = selection.take_per_row(alive_ids, parents)  # (A, 2K, L + 1)
+        top_ids = ops.where(ops.equal(slots, index + 1)[None, None, :], tokens[:, :, None], top_ids)
+        valid = (top_log_probs > _NEG_INF) & ops.logical_not(active_done)[:, None]
+        ended = ops.equal(tokens, EOS_ID) | (index + 1 >= active_limits)[:, None]
 
         # 2. finished: merge the new ones (ranked in the first K) into the finished set
         normalized = top_log_probs / lengths_lib.length_penalty(index + 1, alpha)  # (A, 2K)
-        new_scores = tf.where(valid & ended & in_first_k, normalized, _NEG_INF)
-        merged_scores = tf.concat([tf.gather(finished_scores, active), new_scores], axis=1)  # (A, 3K)
-        merged_ids = tf.concat([tf.gather(finished_ids, active), top_ids], axis=1)  # (A, 3K, L + 1)
-        active_scores, picked = tf.math.top_k(merged_scores, k=k)  # (A, K), sorted
-        rows = active[:, None]
-        finished_scores = tf.tensor_scatter_nd_update(finished_scores, rows, active_scores)
-        finished_ids = tf.tensor_scatter_nd_update(finished_ids, rows, tf.gather(merged_ids, picked, batch_dims=1))
+        new_scores = ops.where(valid & ended & in_first_k, normalized, _NEG_INF)
+        merged_scores = ops.concatenate([of_active(finished_scores), new_scores], axis=1)  # (A, 3K)
+        merged_ids = ops.concatenate([of_active(finished_ids), top_ids], axis=1)  # (A, 3K, L + 1)
+        active_scores, picked = ops.top_k(merged_scores, k=k)  # (A, K), sorted
+        picked = ops.cast(picked, "int32")
+        finished_scores = set_active(finished_scores, active_scores)
+        finished_ids = set_active(finished_ids, selection.take_per_row(merged_ids, picked))
 
         # 3. alive: the K best that did not end; the cache follows their parents
-        continuing = tf.where(valid & tf.logical_not(ended), top_log_probs, _NEG_INF)
-        alive_log_probs, picked = tf.math.top_k(continuing, k=k)  # (A, K)
-        alive_ids = tf.gather(top_ids, picked, batch_dims=1)  # (A, K, L + 1)
-        parent_rows = tf.gather(parents, picked, batch_dims=1) + tf.range(num_active)[:, None] * k  # (A, K)
+        continuing = ops.where(valid & ops.logical_not(ended), top_log_probs, _NEG_INF)
+        alive_log_probs, picked = ops.top_k(continuing, k=k)  # (A, K)
+        picked = ops.cast(picked, "int32")
+        alive_ids = selection.take_per_row(top_ids, picked)  # (A, K, L + 1)
+        sentence_rows = ops.arange(num_active, dtype="int32")[:, None] * k  # (A, 1)
+        parent_rows = selection.take_per_row(parents, picked) + sentence_rows  # (A, K)
 
         # 4. early stopping: can any alive hypothesis still beat the num_return-th finished?
-        bound = tf.reduce_max(alive_log_probs, axis=1) / tf.gather(best_possible_penalty, active)  # (A,)
+        bound = ops.max(alive_log_probs, axis=1) / of_active(best_possible_penalty)  # (A,)
         active_done = active_done | (active_scores[:, num_return - 1] >= bound)
-        done = tf.tensor_scatter_nd_update(done, rows, active_done)
+        done = set_active(done, active_done)
         if compact:  # keep the sentences that go on (A' <= A), and their decoder rows
-            keep = tf.cast(tf.reshape(tf.where(tf.logical_not(active_done)), [-1]), tf.int32)  # (A',)
+            keep = ops.nonzero(ops.logical_not(active_done))[0]  # (A',) int32
             active, alive_ids, alive_log_probs, parent_rows = (
-                tf.gather(tensor, keep) for tensor in (active, alive_ids, alive_log_probs, parent_rows)
+                ops.take(tensor, keep, axis=0) for tensor in (active, alive_ids, alive_log_probs, parent_rows)
             )
-            state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]), sentences=keep)
+            state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)), sentences=keep)
         else:
-            alive_log_probs = tf.where(active_done[:, None], _NEG_INF, alive_log_probs)
-            state = step_fn.reorder(state, tf.reshape(parent_rows, [-1]))
+            alive_log_probs = ops.where(active_done[:, None], _NEG_INF, alive_log_probs)
+            state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)))
         return index + 1, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
 
-    loop_vars = (tf.constant(0, tf.int32), active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state)
+    loop_vars = (
+        ops.convert_to_tensor(0, "int32"), active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
+    )
     # With `compact` the working set's leading axis shrinks (the full-batch results keep
     # theirs); a growing cache's length axis grows.
-    shape_invariants = (
-        tf.TensorShape([]),
-        *loop_shape_invariants((active, alive_ids, alive_log_probs), rows_vary=compact),
-        finished_ids.shape,
-        finished_scores.shape,
-        done.shape,
-        loop_shape_invariants(state, rows_vary=compact),
-    )
-    _, _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=shape_invariants
-    )
+    rows_vary = (False, compact, compact, compact, False, False, False, compact)
+    _, _, _, _, finished_ids, finished_scores, _, _ = search_loop(cond, body, loop_vars, rows_vary)
     return finished_ids[:, :num_return, 1:], finished_scores[:, :num_return]
 
 

@@ -2,10 +2,12 @@
 
 Shape letters: B batch, S source length, L output buffer length, V vocabulary size.
 
-Both run one `tf.while_loop` over a step function (see `steps.py`; static shapes under XLA), so
-they work eagerly, under `tf.function`, under `tf.function(jit_compile=True)` and inside
-an exported SavedModel. The loop ends when every sentence has emitted EOS or reached its
-length limit (see `lengths.py`).
+Both run one loop over a step function (see `steps.py`), written in `keras.ops`: on
+TensorFlow a `tf.while_loop` (static shapes under XLA), so they work eagerly, under
+`tf.function`, under `tf.function(jit_compile=True)` and inside an exported SavedModel;
+greedy search runs the same code on JAX (`lax.while_loop`, compiled by `jax.jit`) and
+PyTorch. The loop ends when every sentence has emitted EOS or reached its length limit
+(see `lengths.py`).
 """
 
 import math
@@ -13,26 +15,27 @@ import math
 import keras
 import tensorflow as tf
 
+from keras import ops
+
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding import lengths as lengths_lib
-from keras_transformer.decoding import portable
+from keras_transformer.decoding import selection
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from keras_transformer.decoding.steps import loop_shape_invariants, make_step
+from keras_transformer.decoding.steps import make_step, search_loop
 
 # 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.
 _UNIT = 1.0 / (1 << 24)
 
 
-def on_tensorflow(search, use_cache=True, constraint=None):
-    """Whether Keras runs on TensorFlow; elsewhere, what only the TensorFlow searches do
-    (no cache, a constraint) raises one line naming the backend."""
+def check_backend(search, use_cache=True, constraint=None):
+    """On a backend other than TensorFlow, what only TensorFlow's searches do (no cache, a
+    constraint) raises one line naming the backend."""
     if keras.backend.backend() == "tensorflow":
-        return True
+        return
     if not use_cache:
         require_tensorflow(f"{search} without the cache (use_cache=False)")
     if constraint is not None:
         require_tensorflow(f"{search} with a constraint ({type(constraint).__name__})")
-    return False
 
 
 def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, constraint=None):
@@ -41,38 +44,40 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, con
     source_ids = lengths_lib.as_source_ids(source_ids)
     buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
-    batch_size = tf.shape(source_ids)[0]
+    batch_size = ops.shape(source_ids)[0]
     state = step_fn.initialize(source_ids, buffer_size, num_copies=1)
-    target_ids = tf.concat(
-        [tf.fill([batch_size, 1], BOS_ID), tf.zeros([batch_size, buffer_size], tf.int32)], axis=1
+    target_ids = ops.concatenate(
+        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")], axis=1
     )  # (B, L + 1): BOS then the outputs
-    slots = tf.range(tf.shape(target_ids)[1])  # (L + 1,)
-    scores = tf.zeros([batch_size], tf.float32)
-    finished = tf.less_equal(limits, 0)  # (B,)
+    slots = ops.arange(ops.shape(target_ids)[1], dtype="int32")  # (L + 1,)
     words = constraint.source_words(source_ids) if constraint is not None else None  # (B,)
 
     def cond(index, target_ids, scores, finished, state):
-        return tf.logical_and(index < buffer_size, tf.logical_not(tf.reduce_all(finished)))
+        return ops.logical_and(index < buffer_size, ops.logical_not(ops.all(finished)))
 
     def body(index, target_ids, scores, finished, state):
         logits, state = step_fn.step(state, target_ids, index)  # (B, V)
-        log_probs = lengths_lib.mask_banned(tf.nn.log_softmax(logits, axis=-1))  # (B, V), not renormalized
+        log_probs = lengths_lib.mask_banned(ops.log_softmax(logits, axis=-1))  # (B, V), not renormalized
         logits = lengths_lib.mask_banned(logits)
         if constraint is not None:
             log_probs = constraint.apply(log_probs, target_ids, index, words, limits)
             logits = constraint.apply(logits, target_ids, index, words, limits)
-        tokens = tf.cast(choose(logits, log_probs, index), tf.int32)  # (B,)
-        token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)  # (B,)
-        tokens = tf.where(finished, PAD_ID, tokens)
-        scores = scores + tf.where(finished, 0.0, token_log_probs)
-        target_ids = tf.where(tf.equal(slots, index + 1)[None, :], tokens[:, None], target_ids)
-        finished = finished | tf.equal(tokens, EOS_ID) | (index + 1 >= limits)
+        tokens = ops.cast(choose(logits, log_probs, index), "int32")  # (B,)
+        token_log_probs = selection.take_per_row(log_probs, tokens[:, None])[:, 0]  # (B,)
+        tokens = ops.where(finished, PAD_ID, tokens)
+        scores = scores + ops.where(finished, 0.0, token_log_probs)
+        target_ids = ops.where(ops.equal(slots, index + 1)[None, :], tokens[:, None], target_ids)
+        finished = finished | ops.equal(tokens, EOS_ID) | (index + 1 >= limits)
         return index + 1, target_ids, scores, finished, state
 
-    loop_vars = (tf.constant(0, tf.int32), target_ids, scores, finished, state)
-    _, target_ids, scores, _, _ = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=loop_shape_invariants(loop_vars)  # a cache may grow
+    loop_vars = (
+        ops.convert_to_tensor(0, "int32"),
+        target_ids,
+        ops.zeros((batch_size,), "float32"),
+        ops.less_equal(limits, 0),
+        state,
     )
+    _, target_ids, scores, _, _ = search_loop(cond, body, loop_vars)
     return target_ids[:, 1:], scores
 
 
@@ -110,14 +115,13 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((1, 8), (1,))
 
-    On JAX and PyTorch this runs `portable.greedy_search` (the same outputs); `use_cache=False`
-    and `constraint` need TensorFlow.
+    The same code runs on every Keras backend (`keras.ops`; on JAX, `jax.jit` compiles it);
+    `use_cache=False` and `constraint` need TensorFlow.
     """
-    if not on_tensorflow("greedy search", use_cache, constraint):
-        return portable.greedy_search(model, source_ids, max_length=max_length, max_output_offset=max_output_offset)
+    check_backend("greedy search", use_cache, constraint)
 
     def choose(logits, log_probs, index):
-        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        return ops.argmax(log_probs, axis=-1)
 
     return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint)
 
@@ -213,7 +217,11 @@ def sample(
         `(token_ids int32 (B, L), scores float32 (B,))` as in `greedy_search`; scores are
         the sampled tokens' log-probabilities under the model itself (temperature 1,
         unfiltered).
+
+    Sampling runs on TensorFlow only: its noise comes from TensorFlow's stateless Philox
+    bits, the same eagerly, under XLA and in a SavedModel.
     """
+    require_tensorflow("Sampling (decoding.sample)")
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0. Received: temperature={temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:

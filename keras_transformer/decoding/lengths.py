@@ -1,8 +1,7 @@
 """Special token ids, output-length limits and the GNMT length penalty used by every search.
 
 `as_source_ids`, `length_penalty`, `source_lengths`, `output_limits` and `mask_banned` are
-`keras.ops`: the TensorFlow searches and the searches of every backend (`portable.py`) share
-them.
+`keras.ops`, as the searches that use them (every backend).
 
 Shape letters: B batch, S source length (padded), L output buffer length.
 

@@ -78,3 +78,15 @@ def _two_stages(values, k, block, blocks, width):
     positions = ops.cast(positions, "int32")
     kept_block = ops.take_along_axis(kept, positions // block, axis=1)  # (B, k)
     return top_values, kept_block * block + positions % block
+
+
+def take_per_row(tensor, indices):
+    """`tensor (A, K, ...)` picked per row by `indices int32 (A, M)` -> `(A, M, ...)`, as
+    `tf.gather(tensor, indices, batch_dims=1)`: one gather over the `A * K` flattened rows
+    (`ops.take_along_axis` would broadcast the indices over the trailing axes first)."""
+    shape = ops.shape(tensor)
+    rows, width = shape[0], shape[1]
+    flat = ops.reshape(tensor, (-1,) + tuple(shape[2:]))  # (A * K, ...)
+    offsets = ops.arange(rows, dtype="int32")[:, None] * width  # (A, 1)
+    picked = ops.take(flat, ops.reshape(indices + offsets, (-1,)), axis=0)  # (A * M, ...)
+    return ops.reshape(picked, (-1, ops.shape(indices)[1]) + tuple(shape[2:]))

@@ -4,7 +4,9 @@ Shape letters: B batch, K copies per sentence (beam size), N = B * K rows, S sou
 L output buffer length, V vocabulary size.
 
 The search algorithms (`greedy_search`, `sample`, `beam_search`) are written once against
-this small interface and never call the model directly:
+this small interface and never call the model directly. `CachedStep` is `keras.ops` and
+runs on every Keras backend; `RecomputeStep` and `shortlist.ShortlistStep` need
+TensorFlow.
 
 * `initialize(source_ids, buffer_size, num_copies)` -> `state`: encodes the source once
   and returns a nested structure of tensors whose leading axis is `N = B * num_copies`
@@ -24,14 +26,17 @@ computing the sentences that are done.
 cache from `model.init_cache`; `RecomputeStep` re-runs the whole decoder
 (`model.decode`) over the prefix every step, the uncached baseline.
 
-A state may hold tensors that grow along an axis from step to step (a growing cache);
-the searches' `tf.while_loop`s take their shape invariants from `loop_shape_invariants`.
+A state may hold tensors that grow along an axis from step to step (a growing cache, on
+TensorFlow outside XLA); the searches' loop (`search_loop`: a `tf.while_loop` on
+TensorFlow) takes its shape invariants from `loop_shape_invariants`.
 
 A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode` and
 `decode` (recompute), with the signatures of `keras_transformer.Transformer`.
 """
 
+import keras
 import tensorflow as tf
+from keras import ops
 
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.layers.attention_cache import CACHE_LENGTH_AXIS, GROWING_CACHE_KEYS
@@ -42,7 +47,7 @@ def tile_rows(tensor, num_copies):
     """Repeat every row `num_copies` times along axis 0: `(B, ...)` -> `(B * K, ...)`."""
     if num_copies == 1:
         return tensor
-    return tf.repeat(tensor, num_copies, axis=0)
+    return ops.repeat(tensor, num_copies, axis=0)
 
 
 # The name scope of the cache's gathers in a beam step (`benchmark.profile` finds them by it).
@@ -61,8 +66,8 @@ def reorder_cache(cache, indices):
     buffer (under XLA) is gathered whole, `L` slots per row. The gathers sit under the
     name scope `REORDER_SCOPE` (the profile's "beam reorder" counts them by it).
     """
-    with tf.name_scope(REORDER_SCOPE):
-        return map_cache(cache, lambda tensor: tf.gather(tensor, indices, axis=0), cross=False)
+    with keras.name_scope(REORDER_SCOPE):
+        return map_cache(cache, lambda tensor: ops.take(tensor, indices, axis=0), cross=False)
 
 
 def shares_cross_cache(model):
@@ -81,6 +86,10 @@ def _shares_growing_cache(model):
     """Whether `model.init_cache(encoder_outputs, None)` gives caches that grow with each
     `decode_step` (see `Transformer.init_cache`)."""
     return bool(getattr(model, "supports_growing_cache", False))
+
+
+def _on_tensorflow():
+    return keras.backend.backend() == "tensorflow"
 
 
 def loop_shape_invariants(state, rows_vary=False):
@@ -112,9 +121,21 @@ def loop_shape_invariants(state, rows_vary=False):
     return invariant(state)
 
 
+def search_loop(cond, body, loop_vars, rows_vary=None):
+    """The searches' loop: `ops.while_loop(cond, body, loop_vars)`, and on TensorFlow a
+    `tf.while_loop` with `loop_shape_invariants`, so that a growing cache may grow and,
+    where `rows_vary[i]` is True, loop variable `i` may lose rows (sentences that leave
+    the working set). Returns the final `loop_vars` (a tuple)."""
+    if not _on_tensorflow():
+        return tuple(ops.while_loop(cond, body, loop_vars))
+    rows_vary = rows_vary or (False,) * len(loop_vars)
+    invariants = tuple(loop_shape_invariants(var, vary) for var, vary in zip(loop_vars, rows_vary))
+    return tuple(tf.while_loop(cond, body, loop_vars, shape_invariants=invariants))
+
+
 def _gather_rows(structure, rows):
     """Gather every tensor of `structure` along axis 0 by `rows`."""
-    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows, axis=0), structure)
+    return keras.tree.map_structure(lambda tensor: ops.take(tensor, rows, axis=0), structure)
 
 
 class CachedStep:
@@ -139,17 +160,20 @@ class CachedStep:
     can_drop_sentences = True
 
     def __init__(self, model):
-        require_tensorflow("Searching (decoding.CachedStep)")
+        if getattr(model, "uses_word_positions", False):
+            require_tensorflow("Searching a word-position model (config.word_positions)")
         self.model = model
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
-        grows = _shares_growing_cache(self.model) and not in_xla_context()
+        # Only TensorFlow's loop lets a tensor change shape between iterations (JAX's
+        # `lax.while_loop` does not; PyTorch takes the same preallocated buffer).
+        grows = _shares_growing_cache(self.model) and _on_tensorflow() and not in_xla_context()
         cache = self.model.init_cache(encoder_outputs, None if grows else buffer_size)  # once per source
         shared = shares_cross_cache(self.model)
 
         def tile(structure):
-            return tf.nest.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
+            return keras.tree.map_structure(lambda tensor: tile_rows(tensor, num_copies), structure)
 
         if shared:  # tile only the self-attention buffers
             cache = map_cache(cache, tile, cross=False)
@@ -162,16 +186,16 @@ class CachedStep:
         return state
 
     def step(self, state, target_ids, index):
-        tokens = tf.gather(target_ids, index[None], axis=1)  # (N, 1)
+        tokens = ops.take(target_ids, index[None], axis=1)  # (N, 1)
         extra = {}
         if getattr(self.model, "uses_word_positions", False):  # the word index counts the tags of the whole prefix
             words = self.model.target_word_positions(target_ids)  # (N, L + 1); PAD after the prefix counts nothing
-            extra["word_positions"] = tf.gather(words, index[None], axis=1)  # (N, 1)
+            extra["word_positions"] = ops.take(words, index[None], axis=1)  # (N, 1)
         if "source_words" in state:
             extra["source_word_positions"] = state["source_words"]
         logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"], **extra,
                                                **self.output_kwargs(state))
-        return tf.cast(logits[:, 0, :], tf.float32), {**state, "cache": cache}
+        return ops.cast(logits[:, 0, :], "float32"), {**state, "cache": cache}
 
     def output_kwargs(self, state):
         """Extra `decode_step` arguments that choose the logits' tokens (`shortlist.ShortlistStep`)."""
@@ -184,11 +208,11 @@ class CachedStep:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
             rows = sentences if shares_cross_cache(self.model) else indices
-            with tf.name_scope(REORDER_SCOPE):
+            with keras.name_scope(REORDER_SCOPE):
                 cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
-            source_mask = tf.gather(source_mask, rows)
+            source_mask = ops.take(source_mask, rows, axis=0)
             if source_words is not None:  # never shared
-                source_words = tf.gather(source_words, indices)
+                source_words = ops.take(source_words, indices, axis=0)
         state = {"cache": cache, "source_mask": source_mask}
         if source_words is not None:
             state["source_words"] = source_words
@@ -225,7 +249,7 @@ class RecomputeStep:
     can_drop_sentences = True
 
     def __init__(self, model, prefix_only=None):
-        require_tensorflow("Searching (decoding.RecomputeStep)")
+        require_tensorflow("Searching without the cache (decoding.RecomputeStep)")
         self.model = model
         self.prefix_only = prefix_only
 

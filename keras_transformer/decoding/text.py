@@ -65,7 +65,7 @@ def translate(model, tokenizer, texts, method="beam", max_source_length=None, **
     """Translate a list of strings with a trained model (eager convenience wrapper).
 
     On TensorFlow the search runs as a `tf.function` (`make_search_fn`); on JAX and PyTorch
-    greedy and beam search run `decoding.portable`.
+    greedy and beam search run as they are (sampling needs TensorFlow).
 
     Args:
         model: a `Transformer`.
@@ -85,7 +85,7 @@ def translate(model, tokenizer, texts, method="beam", max_source_length=None, **
     source_ids = encode_source(tokenizer, list(texts), max_source_length or model.config.max_length)
     if keras.backend.backend() == "tensorflow":
         outputs = make_search_fn(model, method, **search_options)(source_ids)
-    else:  # `decoding.portable`'s searches (sampling raises, naming the backend)
+    else:  # the same searches, called directly (sampling raises, naming the backend)
         check_method(method)
         found = METHODS[method](model, source_ids.numpy(), **search_options)
         outputs = dict(zip(("token_ids", "scores"), (keras.ops.convert_to_numpy(value) for value in found)))

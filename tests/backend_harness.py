@@ -330,7 +330,7 @@ CHECK_NAMES = (
     "dropout/advances",
     "dropout/inference",
     "imports/no_tensorflow",
-    *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "trainer", "strategy")),
+    *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "compiled_search", "trainer", "strategy")),
     "search/bad_source_ids",
     "search/top_k_in_two_stages",
     "jax_only/data_parallel",
@@ -339,7 +339,11 @@ CHECK_NAMES = (
 )
 # Checks of one backend only.
 BACKEND_CHECK_NAMES = {
-    "jax": ("fit/data_parallel_devices", "fit/data_parallel_equals_one_device"),
+    "jax": (
+        "fit/data_parallel_devices",
+        "fit/data_parallel_equals_one_device",
+        *(f"{model}/search/jit_equals_eager" for model in MODELS),
+    ),
     # On TensorFlow, XLA's static shapes (a preallocated cache, every sentence in the batch
     # to the end, as on JAX) give the outputs of the eager search (a growing cache, done
     # sentences leaving the batch).
@@ -601,7 +605,8 @@ def check_model(recorder, out_dir, name):
 
 def check_search(recorder, name, model):
     """Greedy and beam search (`SEARCH`, `BEAM`) on this backend; on TensorFlow, also the
-    searches under XLA (static shapes) against the eager ones (shapes that change)."""
+    searches under XLA (static shapes) against the eager ones (shapes that change); on JAX,
+    the searches under `jax.jit` against the ones called as they are."""
     from keras_transformer.decoding import beam_search, greedy_search
 
     source = _model_inputs()["source_ids"]
@@ -610,19 +615,25 @@ def check_search(recorder, name, model):
     found["beam_ids"], found["beam_scores"] = beam_search(model, source, **SEARCH, **BEAM)
     for kind, value in found.items():
         recorder.output(f"{name}/search/{kind}", value)
-    if keras.backend.backend() != "tensorflow":
-        return
-    import tensorflow as tf
 
-    @tf.function(jit_compile=True)
-    def static(source):
+    def searches(source):
         return (*greedy_search(model, source, **SEARCH), *beam_search(model, source, **SEARCH, **BEAM))
 
-    compiled = dict(zip(SEARCH_OUTPUTS, static(tf.constant(source))))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        check, compiled = "static_shapes_equal_shrinking_batch", tf.function(searches, jit_compile=True)
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        check, compiled = "jit_equals_eager", jax.jit(searches)
+    else:
+        return
+    compiled = dict(zip(SEARCH_OUTPUTS, compiled(keras.ops.convert_to_tensor(source))))
     same_ids = all(np.array_equal(numpy(compiled[kind]), numpy(found[kind])) for kind in ("greedy_ids", "beam_ids"))
     diff = max(max_diff(numpy(compiled[kind]), numpy(found[kind])) for kind in ("greedy_scores", "beam_scores"))
     recorder.check(
-        f"{name}/search/static_shapes_equal_shrinking_batch", same_ids and diff <= MAX_ABS_DIFF,
+        f"{name}/search/{check}", same_ids and diff <= MAX_ABS_DIFF,
         f"token ids equal: {same_ids}; scores max |diff| {diff:.3g}",
     )
 
@@ -659,7 +670,7 @@ def check_only_on(recorder, name, feature, runs_on):
 
 def check_tensorflow_only(recorder, out_dir):
     """What runs on TensorFlow only: it runs there, and fails elsewhere with one line naming the backend."""
-    from keras_transformer.decoding import greedy_search, sample  # imports TensorFlow (and TensorFlow Text)
+    from keras_transformer.decoding import greedy_search, make_search_fn, sample  # imports TensorFlow (and TensorFlow Text)
     from keras_transformer.training import Trainer, create_strategy
 
     config = get_preset("tiny", **MODEL_CONFIG)
@@ -668,6 +679,7 @@ def check_tensorflow_only(recorder, out_dir):
     features = {
         "sampling": lambda: sample(model, source, seed=1, max_length=4),
         "uncached_search": lambda: greedy_search(model, source, max_length=4, use_cache=False),
+        "compiled_search": lambda: make_search_fn(model, "beam", max_length=4)(source),
         "trainer": lambda: Trainer(config, out_dir / "trainer"),
         "strategy": lambda: create_strategy("default"),
     }

@@ -42,3 +42,17 @@ def test_rows_of_unknown_width_take_one_top_k():
     top_values, indices = select(tf.constant([[1.0, 4.0, 4.0, 0.0, 2.0, 3.0]]))
     np.testing.assert_array_equal(top_values, [[4.0, 4.0]])
     np.testing.assert_array_equal(indices, [[1, 2]])
+
+
+def test_take_per_row_is_a_gather_with_one_batch_axis_in_a_graph_with_unknown_shapes():
+    rng = np.random.default_rng(2)
+    tensor = rng.normal(size=(3, 4, 5, 2)).astype("float32")  # (A, K, ...) with two trailing axes
+    indices = rng.integers(0, 4, size=(3, 6)).astype("int32")  # (A, M), M > K: rows picked twice
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4, None, 2], tf.float32), tf.TensorSpec([None, 6], tf.int32)])
+    def take(tensor, indices):
+        return selection.take_per_row(tensor, indices)
+
+    expected = tf.gather(tensor, indices, batch_dims=1)
+    np.testing.assert_array_equal(take(tensor, indices), expected)
+    np.testing.assert_array_equal(selection.take_per_row(tensor, indices), expected)  # eagerly

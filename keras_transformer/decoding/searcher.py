@@ -7,6 +7,7 @@ import inspect
 
 import tensorflow as tf
 
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.greedy import greedy_search, sample
 from keras_transformer.decoding.options import check_method
@@ -50,6 +51,7 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
     >>> tuple(outputs["token_ids"].shape), tuple(outputs["scores"].shape)
     ((2, 1, 8), (2, 1))
     """
+    require_tensorflow("A compiled search (decoding.make_search_fn, a tf.function)")
     check_method(method)
     search = METHODS[method]
     try:  # unknown option names fail here, not at the first call

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import EOS_ID, UNK_ID
 from keras_transformer.decoding.lengths import BANNED_IDS
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding.steps import CachedStep
 
 # The state key of the shortlist's token ids (sorted, int32 (S,)).
@@ -152,6 +153,7 @@ class ShortlistStep(CachedStep):
     """
 
     def __init__(self, model, vocabulary_map):
+        require_tensorflow("A vocabulary shortlist (decoding.shortlist.ShortlistStep)")
         super().__init__(model)
         if vocabulary_map.vocabulary_size != model.config.vocabulary_size:
             raise ValueError("The vocabulary map and the model have different vocabularies. Received: "

@@ -9,7 +9,6 @@ translations in the input order. A `Translator` traces its search function once
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import fs
 from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8

@@ -200,10 +200,20 @@ MODELS = {
         MODEL_CONFIG, attention_window=2, normalize_first=True, positional="learned", tie_output=False
     ),
 }
+# A tiny parsing model (`check_parsing`): word positions, encoder-decoder attention within
+# the current word, and every search under the tree constraint over a vocabulary of tree
+# symbols: PAD, UNK, BOS, EOS (3), six "(LABEL" (4-9), ")" (10), six tags (11-16), pieces
+# that start a source word (17-24) and pieces that continue one (25-31).
+PARSING_MODEL = "parsing"
+PARSING_CONFIG = dict(MODEL_CONFIG, word_positions=True, word_window=0)
+PARSING_KINDS = (0, 0, 0, 4) + (1,) * 6 + (2,) + (3,) * 6 + (0,) * 15  # tree_constraint.OTHER ... END
+PARSING_WORD_STARTS = tuple(4 <= token < 25 for token in range(32))
+PARSING_SOURCE = ((17, 25, 18, 19, 3, 0, 0), (20, 26, 27, 21, 22, 23, 3))  # 3 and 4 words
+SEARCHED_MODELS = (*MODELS, PARSING_MODEL)
 # The reference builds each model from a fixed seed: random weights this small mostly repeat
 # one token, and these seeds give searches that differ from step to step (and, windowed,
 # hypotheses that end with EOS at different lengths), see `check_search`.
-MODEL_SEEDS = {"transformer": 3, "transformer_windowed": 1}
+MODEL_SEEDS = {"transformer": 3, "transformer_windowed": 1, PARSING_MODEL: 1}
 SOURCE_LENGTHS, TARGET_LENGTHS = [7, 4], [6, 3]
 SOURCE_LENGTH, TARGET_LENGTH = 7, 6
 MODEL_OUTPUTS = ("logits", "encoder", "decode", "steps", "steps_growing", "training_rate0")
@@ -287,7 +297,7 @@ OUTPUT_NAMES = (
     *FUNCTION_OUTPUTS,
     *(f"{name}/{kind}" for name in CACHED_DECODER_CASES for kind in ("full", "steps", "chunks")),
     *(f"{model}/{kind}" for model in MODELS for kind in MODEL_OUTPUTS),
-    *(f"{model}/search/{kind}" for model in MODELS for kind in SEARCH_OUTPUTS),
+    *(f"{model}/search/{kind}" for model in SEARCHED_MODELS for kind in SEARCH_OUTPUTS),
     *(f"loss/{case}/{kind}" for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")),
     *FIT_OUTPUTS,
 )
@@ -297,7 +307,7 @@ OUTPUT_ATOL = {
     "fit/first_loss": FIT_FIRST_LOSS_ATOL,
     "fit/losses": FIT_LOSS_ATOL,
     "fit/evaluate": FIT_LOSS_ATOL,
-    **{f"{model}/search/{kind}": 0 for model in MODELS for kind in ("greedy_ids", "beam_ids")},
+    **{f"{model}/search/{kind}": 0 for model in SEARCHED_MODELS for kind in ("greedy_ids", "beam_ids")},
 }
 
 
@@ -342,12 +352,12 @@ BACKEND_CHECK_NAMES = {
     "jax": (
         "fit/data_parallel_devices",
         "fit/data_parallel_equals_one_device",
-        *(f"{model}/search/jit_equals_eager" for model in MODELS),
+        *(f"{model}/search/jit_equals_eager" for model in SEARCHED_MODELS),
     ),
     # On TensorFlow, XLA's static shapes (a preallocated cache, every sentence in the batch
     # to the end, as on JAX) give the outputs of the eager search (a growing cache, done
     # sentences leaving the batch).
-    "tensorflow": tuple(f"{model}/search/static_shapes_equal_shrinking_batch" for model in MODELS),
+    "tensorflow": tuple(f"{model}/search/static_shapes_equal_shrinking_batch" for model in SEARCHED_MODELS),
 }
 
 
@@ -603,21 +613,22 @@ def check_model(recorder, out_dir, name):
     recorder.same(f"{name}/rate0_equals_inference", rate0, logits)
 
 
-def check_search(recorder, name, model):
+def check_search(recorder, name, model, source=None, constraint=None):
     """Greedy and beam search (`SEARCH`, `BEAM`) on this backend; on TensorFlow, also the
     searches under XLA (static shapes) against the eager ones (shapes that change); on JAX,
     the searches under `jax.jit` against the ones called as they are."""
     from keras_transformer.decoding import beam_search, greedy_search
 
-    source = _model_inputs()["source_ids"]
+    source = _model_inputs()["source_ids"] if source is None else np.asarray(source, "int32")
+    search = dict(SEARCH, constraint=constraint)
     found = {}
-    found["greedy_ids"], found["greedy_scores"] = greedy_search(model, source, **SEARCH)
-    found["beam_ids"], found["beam_scores"] = beam_search(model, source, **SEARCH, **BEAM)
+    found["greedy_ids"], found["greedy_scores"] = greedy_search(model, source, **search)
+    found["beam_ids"], found["beam_scores"] = beam_search(model, source, **search, **BEAM)
     for kind, value in found.items():
         recorder.output(f"{name}/search/{kind}", value)
 
     def searches(source):
-        return (*greedy_search(model, source, **SEARCH), *beam_search(model, source, **SEARCH, **BEAM))
+        return (*greedy_search(model, source, **search), *beam_search(model, source, **search, **BEAM))
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
@@ -636,6 +647,25 @@ def check_search(recorder, name, model):
         f"{name}/search/{check}", same_ids and diff <= MAX_ABS_DIFF,
         f"token ids equal: {same_ids}; scores max |diff| {diff:.3g}",
     )
+
+
+def check_parsing(recorder, out_dir):
+    """A word-position model's greedy and beam search under the tree constraint
+    (`PARSING_*`), on TensorFlow's weights."""
+    from keras_transformer.decoding import TreeConstraint
+
+    constraint = TreeConstraint(PARSING_KINDS, PARSING_WORD_STARTS)
+    if recorder.reference_dir is None:
+        keras.utils.set_random_seed(MODEL_SEEDS[PARSING_MODEL])
+    model = Transformer(get_preset("tiny", **PARSING_CONFIG))
+    model(_model_inputs())
+    model.set_word_kinds(constraint.word_kinds())
+    weights = f"{PARSING_MODEL}.weights.h5"
+    if recorder.reference_dir is None:
+        model.save_weights(out_dir / weights)
+    else:
+        model.load_weights(recorder.reference_dir / weights)
+    check_search(recorder, PARSING_MODEL, model, PARSING_SOURCE, constraint)
 
 
 def check_dropout(recorder, out_dir):
@@ -956,6 +986,7 @@ def run(out_dir, reference_dir=None):
         f"TensorFlow {'imported' if imported else 'not imported'} by `import keras_transformer`",
     )
     recorder.run("tensorflow_only", check_tensorflow_only, out_dir)  # it imports TensorFlow
+    recorder.run("parsing", check_parsing, out_dir)
     recorder.run("search_input", check_search_input, out_dir)
     recorder.run("two_stage_top_k", check_two_stage_top_k, out_dir)
     recorder.run("loss", check_loss, out_dir)  # the training package imports TensorFlow

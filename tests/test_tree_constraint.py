@@ -70,7 +70,7 @@ def searched(untrained_parser):
         "free": make_search_fn(model, "greedy", max_output_offset=12),
     }
     outputs = {name: search(source_ids)["token_ids"].numpy() for name, search in outputs.items()}
-    return outputs, constraint.source_words(source_ids).numpy(), constraint.kinds.numpy()
+    return outputs, constraint.source_words(source_ids).numpy(), constraint.kinds
 
 
 def test_tokenizer_keeps_tree_symbols_whole(untrained_parser):
@@ -78,7 +78,7 @@ def test_tokenizer_keeps_tree_symbols_whole(untrained_parser):
     target = "(S (NP NNP NNP ) (VP VBZ (NP NNP ) ) . )"
     assert tokenizer.tokenize(target).shape[0] == len(target.split())
     constraint = TreeConstraint.from_tokenizer(tokenizer)
-    kinds = constraint.kinds.numpy()
+    kinds = constraint.kinds
     assert [kinds[i] for i in tokenizer.tokenize(target).numpy()] == [OPEN, OPEN, TAG, TAG, CLOSING, OPEN, TAG,
                                                                       OPEN, TAG, CLOSING, CLOSING, TAG, CLOSING]
 

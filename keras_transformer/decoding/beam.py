@@ -98,13 +98,13 @@ def beam_search(
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((2, 2, 8), (2, 2))
 
-    The same code runs on every Keras backend; `use_cache=False` and `constraint` need
-    TensorFlow.
+    The same code runs on every Keras backend, the constraint included; `use_cache=False`
+    needs TensorFlow.
 
     References:
         Vaswani et al., 2017, section 6.1; Wu et al., 2016 (GNMT), section 7.
     """
-    check_backend("beam search", use_cache, constraint)
+    check_backend("beam search", use_cache)
     _check_beam_arguments(beam_size, length_penalty, num_return)
     alpha = float(length_penalty)
     step_fn = make_step(model, use_cache)

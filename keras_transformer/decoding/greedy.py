@@ -27,15 +27,11 @@ from keras_transformer.decoding.steps import make_step, search_loop
 _UNIT = 1.0 / (1 << 24)
 
 
-def check_backend(search, use_cache=True, constraint=None):
-    """On a backend other than TensorFlow, what only TensorFlow's searches do (no cache, a
-    constraint) raises one line naming the backend."""
-    if keras.backend.backend() == "tensorflow":
-        return
-    if not use_cache:
+def check_backend(search, use_cache=True):
+    """On a backend other than TensorFlow, a search without the cache (TensorFlow's
+    `RecomputeStep`) raises one line naming the backend."""
+    if not use_cache and keras.backend.backend() != "tensorflow":
         require_tensorflow(f"{search} without the cache (use_cache=False)")
-    if constraint is not None:
-        require_tensorflow(f"{search} with a constraint ({type(constraint).__name__})")
 
 
 def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, constraint=None):
@@ -115,10 +111,10 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
     >>> tuple(token_ids.shape), tuple(scores.shape)
     ((1, 8), (1,))
 
-    The same code runs on every Keras backend (`keras.ops`; on JAX, `jax.jit` compiles it);
-    `use_cache=False` and `constraint` need TensorFlow.
+    The same code runs on every Keras backend (`keras.ops`; on JAX, `jax.jit` compiles it),
+    the constraint included; `use_cache=False` needs TensorFlow.
     """
-    check_backend("greedy search", use_cache, constraint)
+    check_backend("greedy search", use_cache)
 
     def choose(logits, log_probs, index):
         return ops.argmax(log_probs, axis=-1)

@@ -160,8 +160,6 @@ class CachedStep:
     can_drop_sentences = True
 
     def __init__(self, model):
-        if getattr(model, "uses_word_positions", False):
-            require_tensorflow("Searching a word-position model (config.word_positions)")
         self.model = model
 
     def initialize(self, source_ids, buffer_size, num_copies=1):

@@ -20,14 +20,15 @@ allowed when:
 So a hypothesis never closes a bracket it did not open, emits exactly `n` tags, and can always
 end within its limit (when the limit allows `n + 1` tokens, as `source length + offset`
 does: a source has at least one piece per word plus EOS). The searches apply the mask
-through one hook (`constraint=`); without it they are unchanged.
+through one hook (`constraint=`); without it they are unchanged. Written in `keras.ops`: it
+runs wherever the searches run (every Keras backend).
 
 The word count comes from the source pieces: a SentencePiece piece that starts with `▁`
 starts a word, so `n` = the number of such pieces.
 """
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from keras_transformer.data.tokenizer import EOS_ID, WORD_START
 from keras_transformer.data.trees import CLOSE, OPEN_PREFIX
@@ -48,7 +49,7 @@ class TreeConstraint:
     >>> constraint = TreeConstraint(kinds=[0, 0, 0, 4, 1, 2, 3], word_starts=[0, 0, 0, 0, 1, 1, 1])
     >>> words = constraint.source_words([[6, 6, 3]])  # two words
     >>> allowed = constraint.allowed([[2, 4, 0, 0]], index=1, words=words, limits=[9])  # after "(S"
-    >>> allowed.numpy().astype(int).tolist()  # another "(X" or a tag, no ")" or EOS yet
+    >>> ops.convert_to_numpy(allowed).astype(int).tolist()  # another "(X" or a tag, no ")" or EOS yet
     [[0, 0, 0, 0, 1, 0, 1]]
     """
 
@@ -60,8 +61,8 @@ class TreeConstraint:
         for kind, name in ((OPEN, "opening bracket"), (CLOSING, "closing bracket"), (TAG, "tag"), (END, "EOS")):
             if not (kinds == kind).any():
                 raise ValueError(f"The vocabulary has no {name} symbol; train its tokenizer with the tree symbols")
-        self.kinds = tf.constant(kinds)  # (V,)
-        self.word_starts = tf.constant(word_starts)  # (V,)
+        self.kinds = kinds  # (V,) numpy; a constant of the backend where used
+        self.word_starts = word_starts  # (V,) numpy
 
     @classmethod
     def from_tokenizer(cls, tokenizer):
@@ -88,10 +89,21 @@ class TreeConstraint:
             word_starts.append(text.startswith(WORD_START))
         return cls(kinds, word_starts)
 
+    def word_kinds(self):
+        """The table of a `word_positions` model (`Transformer.set_word_kinds`) for this
+        vocabulary: `(V,)` ints, `layers.WordIndex.TAG` for the POS tags, `WORD_START` for the
+        other pieces that start a word (`▁...`) and for EOS, `OTHER` for the rest."""
+        from keras_transformer.layers.positional import WordIndex
+
+        kinds = np.where(self.word_starts, WordIndex.WORD_START, WordIndex.OTHER)
+        kinds[self.kinds == TAG] = WordIndex.TAG
+        kinds[EOS_ID] = WordIndex.WORD_START
+        return kinds.astype(np.int32)
+
     def source_words(self, source_ids):
         """The number of words of each source: int32 `(B,)` from `(B, S)` piece ids."""
-        starts = tf.gather(self.word_starts, tf.cast(source_ids, tf.int32))  # (B, S)
-        return tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+        starts = ops.take(ops.convert_to_tensor(self.word_starts.astype(np.int32)), ops.cast(source_ids, "int32"), axis=0)
+        return ops.sum(starts, axis=1)  # (B,)
 
     def allowed(self, prefix_ids, index, words, limits):
         """Which ids may come next: bool `(N, V)`.
@@ -102,35 +114,28 @@ class TreeConstraint:
             words: int `(N,)`, each hypothesis's source word count.
             limits: int `(N,)`, each hypothesis's length limit (tokens, EOS included).
         """
-        prefix_ids = tf.convert_to_tensor(prefix_ids, tf.int32)
-        kinds = tf.gather(self.kinds, prefix_ids)  # (N, L + 1); BOS and PAD are OTHER
-        depth = tf.reduce_sum(tf.cast(tf.equal(kinds, OPEN), tf.int32) - tf.cast(tf.equal(kinds, CLOSING), tf.int32), 1)
-        tags = tf.reduce_sum(tf.cast(tf.equal(kinds, TAG), tf.int32), axis=1)  # (N,)
-        last_opened = tf.equal(tf.gather(kinds, index, axis=1), OPEN)  # (N,)
-        words = tf.convert_to_tensor(words, tf.int32)
-        slots_after = tf.convert_to_tensor(limits, tf.int32) - index - 1  # (N,) tokens left after this one
+        prefix_ids = ops.convert_to_tensor(prefix_ids, "int32")
+        kinds = ops.take(ops.convert_to_tensor(self.kinds), prefix_ids, axis=0)  # (N, L + 1); BOS and PAD are OTHER
+        depth = ops.sum(ops.cast(ops.equal(kinds, OPEN), "int32") - ops.cast(ops.equal(kinds, CLOSING), "int32"), axis=1)
+        tags = ops.sum(ops.cast(ops.equal(kinds, TAG), "int32"), axis=1)  # (N,)
+        index = ops.convert_to_tensor(index, "int32")
+        last_opened = ops.equal(ops.take(kinds, index[None], axis=1)[:, 0], OPEN)  # (N,)
+        words = ops.convert_to_tensor(words, "int32")
+        slots_after = ops.convert_to_tensor(limits, "int32") - index - 1  # (N,) tokens left after this one
         words_left = words - tags
         may_open = (words_left > 0) & (words_left + depth + 2 <= slots_after)
         may_tag = (words_left > 0) & (words_left + depth <= slots_after)
-        may_close = (depth > 0) & tf.logical_not(last_opened)
-        may_end = tf.equal(depth, 0) & tf.equal(words_left, 0)
-        by_kind = tf.stack([tf.zeros_like(may_open), may_open, may_close, may_tag, may_end], axis=1)  # (N, 5)
-        return tf.gather(by_kind, self.kinds, axis=1)  # (N, V)
+        may_close = (depth > 0) & ops.logical_not(last_opened)
+        may_end = ops.equal(depth, 0) & ops.equal(words_left, 0)
+        by_kind = ops.stack([ops.zeros_like(may_open), may_open, may_close, may_tag, may_end], axis=1)  # (N, 5)
+        return ops.take(by_kind, ops.convert_to_tensor(self.kinds), axis=1)  # (N, V)
 
     def apply(self, scores, prefix_ids, index, words, limits):
         """`scores` `(N, V)` with the ids that `allowed` forbids set to -inf."""
         allowed = self.allowed(prefix_ids, index, words, limits)
-        return tf.where(allowed, scores, tf.constant(-np.inf, scores.dtype))
+        return ops.where(allowed, scores, ops.cast(-np.inf, scores.dtype))
 
 
 def word_kinds(tokenizer):
-    """The table of a `word_positions` model (`Transformer.set_word_kinds`) for a run's tokenizer:
-    `(V,)` ints, `layers.WordIndex.TAG` for the POS tags, `WORD_START` for the other pieces
-    that start a word (`▁...`) and for EOS, `OTHER` for the rest."""
-    from keras_transformer.layers.positional import WordIndex
-
-    constraint = TreeConstraint.from_tokenizer(tokenizer)
-    kinds = np.where(constraint.word_starts.numpy(), WordIndex.WORD_START, WordIndex.OTHER)
-    kinds[constraint.kinds.numpy() == TAG] = WordIndex.TAG
-    kinds[EOS_ID] = WordIndex.WORD_START
-    return kinds.astype(np.int32)
+    """`TreeConstraint.word_kinds` of a run's tokenizer (`Transformer.set_word_kinds`)."""
+    return TreeConstraint.from_tokenizer(tokenizer).word_kinds()

@@ -14,7 +14,6 @@ import math
 
 import keras
 import tensorflow as tf
-
 from keras import ops
 
 from keras_transformer.backends import require_tensorflow

@@ -144,10 +144,10 @@ class CachedStep:
     The cache comes from `model.init_cache(encoder_outputs, L)`: a self-attention buffer
     per layer and the encoder-decoder keys/values, computed once per source. The buffer
     grows by one position per step when the model supports it
-    (`supports_growing_cache = True`, as `Transformer`) and the search does not run under
-    XLA: each step and each beam reorder then copies only the positions decoded so far.
-    Otherwise (XLA needs static shapes) it is preallocated with `L` slots and written at
-    `index` by `model.decode_step`.
+    (`supports_growing_cache = True`, as `Transformer`) and the search runs on TensorFlow
+    outside XLA: each step and each beam reorder then copies only the positions decoded so
+    far. Otherwise (XLA, JAX's loop: static shapes; PyTorch likewise) it is preallocated
+    with `L` slots and written at `index` by `model.decode_step`.
     The self-attention buffers are tiled to the `K` copies; the encoder-decoder part
     (under `"cross"`) and the source mask too, unless the model sets
     `supports_shared_cross_cache = True` (as `Transformer` does): then they keep one row

@@ -1,10 +1,10 @@
 """What runs on which Keras backend (docs/backends.md).
 
-The layers, `Transformer`, the loss and `model.fit` run on TensorFlow, JAX and PyTorch;
-`keras.distribution` (e.g. `DataParallel`) with `Transformer.fit` on JAX only. The training
-loop, the searches, the data pipeline's tokenizer and export are written for TensorFlow;
-their entry points call `require_tensorflow`, so that another backend fails with one line
-naming it.
+The layers, `Transformer`, the loss, `model.fit` and greedy and beam search run on
+TensorFlow, JAX and PyTorch; `keras.distribution` (e.g. `DataParallel`) with
+`Transformer.fit` on JAX only. The training loop, sampling, the data pipeline's tokenizer and export are
+written for TensorFlow; their entry points call `require_tensorflow`, so that another
+backend fails with one line naming it.
 """
 
 import keras
@@ -41,6 +41,6 @@ def require_tensorflow(feature, hint=None):
 
     Example:
 
-    >>> require_tensorflow("beam search")  # on TensorFlow: nothing happens
+    >>> require_tensorflow("Sampling")  # on TensorFlow: nothing happens
     """
     require_backend(feature, "tensorflow", hint)

@@ -206,7 +206,6 @@ MODELS = {
 # that start a source word (17-24) and pieces that continue one (25-31).
 PARSING_MODEL = "parsing"
 PARSING_CONFIG = dict(MODEL_CONFIG, word_positions=True, word_window=0)
-PARSING_KINDS = (0, 0, 0, 4) + (1,) * 6 + (2,) + (3,) * 6 + (0,) * 15  # tree_constraint.OTHER ... END
 PARSING_WORD_STARTS = tuple(4 <= token < 25 for token in range(32))
 PARSING_SOURCE = ((17, 25, 18, 19, 3, 0, 0), (20, 26, 27, 21, 22, 23, 3))  # 3 and 4 words
 SEARCHED_MODELS = (*MODELS, PARSING_MODEL)
@@ -653,8 +652,10 @@ def check_parsing(recorder, out_dir):
     """A word-position model's greedy and beam search under the tree constraint
     (`PARSING_*`), on TensorFlow's weights."""
     from keras_transformer.decoding import TreeConstraint
+    from keras_transformer.decoding.tree_constraint import CLOSING, END, OPEN, OTHER, TAG
 
-    constraint = TreeConstraint(PARSING_KINDS, PARSING_WORD_STARTS)
+    kinds = (OTHER,) * 3 + (END,) + (OPEN,) * 6 + (CLOSING,) + (TAG,) * 6 + (OTHER,) * 15
+    constraint = TreeConstraint(kinds, PARSING_WORD_STARTS)
     if recorder.reference_dir is None:
         keras.utils.set_random_seed(MODEL_SEEDS[PARSING_MODEL])
     model = Transformer(get_preset("tiny", **PARSING_CONFIG))

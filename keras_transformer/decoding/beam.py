@@ -30,7 +30,6 @@ With `beam_size=1` and `length_penalty=0` this is exactly greedy search.
 
 import math
 
-import keras
 from keras import ops
 
 from keras_transformer.decoding import lengths as lengths_lib
@@ -39,8 +38,7 @@ from keras_transformer.decoding.greedy import check_backend
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.shortlist import OUTPUT_IDS
-from keras_transformer.decoding.steps import make_step, search_loop
-from keras_transformer.layers.tracing import in_xla_context
+from keras_transformer.decoding.steps import loop_shapes_may_change, make_step, search_loop
 
 _NEG_INF = -math.inf
 
@@ -120,13 +118,10 @@ def beam_search(
     if shortlisted and constraint is not None:
         raise ValueError("A search constraint needs the full vocabulary: pass no vocabulary shortlist with it")
     # Sentences that are done leave the working set (their decoder rows are no longer
-    # computed) when the step can drop them and shapes may change: on TensorFlow outside
-    # XLA. Elsewhere the working set is the batch (A = B) and done sentences idle.
-    compact = (
-        bool(getattr(step_fn, "can_drop_sentences", False))
-        and keras.backend.backend() == "tensorflow"
-        and not in_xla_context()
-    )
+    # computed) when the step can drop them and shapes may change (TensorFlow outside XLA).
+    # Elsewhere the working set is the batch (A = B) and done sentences idle: they are no
+    # longer `valid`, so nothing they compute enters the results.
+    compact = bool(getattr(step_fn, "can_drop_sentences", False)) and loop_shapes_may_change()
     active = ops.arange(batch_size, dtype="int32")  # (A,): the sentences still searched, A <= B
 
     alive_ids = ops.concatenate(
@@ -210,7 +205,6 @@ def beam_search(
             )
             state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)), sentences=keep)
         else:
-            alive_log_probs = ops.where(active_done[:, None], _NEG_INF, alive_log_probs)
             state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)))
         return index + 1, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
 

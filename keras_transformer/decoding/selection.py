@@ -69,14 +69,13 @@ def _two_stages(values, k, block, blocks, width):
     """Stage 1 and 2 of `top_k` over `blocks` blocks of `block` candidates."""
     if blocks * block > width:
         values = ops.pad(values, ((0, 0), (0, blocks * block - width)), constant_values=-math.inf)
-    grouped = ops.reshape(values, (-1, block))  # (B * blocks, b)
-    _, kept = ops.top_k(ops.reshape(ops.max(grouped, axis=-1), (-1, blocks)), k)  # (B, k)
+    grouped = ops.reshape(values, (-1, blocks, block))  # (B, blocks, b)
+    _, kept = ops.top_k(ops.max(grouped, axis=-1), k)  # (B, k)
     kept = ops.sort(ops.cast(kept, "int32"), axis=-1)  # index order: stage 2 breaks ties as one top_k
-    rows = ops.arange(ops.shape(kept)[0], dtype="int32")[:, None] * blocks  # (B, 1)
-    gathered = ops.reshape(ops.take(grouped, kept + rows, axis=0), (-1, k * block))  # (B, k * b)
+    gathered = ops.reshape(take_per_row(grouped, kept), (-1, k * block))  # (B, k * b)
     top_values, positions = ops.top_k(gathered, k)  # (B, k)
     positions = ops.cast(positions, "int32")
-    kept_block = ops.take_along_axis(kept, positions // block, axis=1)  # (B, k)
+    kept_block = take_per_row(kept, positions // block)  # (B, k)
     return top_values, kept_block * block + positions % block
 
 

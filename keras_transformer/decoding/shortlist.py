@@ -24,9 +24,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.backends import require_tensorflow
 from keras_transformer.data.tokenizer import EOS_ID, UNK_ID
 from keras_transformer.decoding.lengths import BANNED_IDS
-from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding.steps import CachedStep
 
 # The state key of the shortlist's token ids (sorted, int32 (S,)).

@@ -88,8 +88,11 @@ def _shares_growing_cache(model):
     return bool(getattr(model, "supports_growing_cache", False))
 
 
-def _on_tensorflow():
-    return keras.backend.backend() == "tensorflow"
+def loop_shapes_may_change():
+    """Whether a search loop's tensors may change shape between iterations (a cache that
+    grows, sentences that leave the batch): on TensorFlow outside XLA. JAX's
+    `lax.while_loop` and XLA need static shapes; PyTorch takes the static path too."""
+    return keras.backend.backend() == "tensorflow" and not in_xla_context()
 
 
 def loop_shape_invariants(state, rows_vary=False):
@@ -126,7 +129,7 @@ def search_loop(cond, body, loop_vars, rows_vary=None):
     `tf.while_loop` with `loop_shape_invariants`, so that a growing cache may grow and,
     where `rows_vary[i]` is True, loop variable `i` may lose rows (sentences that leave
     the working set). Returns the final `loop_vars` (a tuple)."""
-    if not _on_tensorflow():
+    if keras.backend.backend() != "tensorflow":
         return tuple(ops.while_loop(cond, body, loop_vars))
     rows_vary = rows_vary or (False,) * len(loop_vars)
     invariants = tuple(loop_shape_invariants(var, vary) for var, vary in zip(loop_vars, rows_vary))
@@ -164,9 +167,7 @@ class CachedStep:
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
-        # Only TensorFlow's loop lets a tensor change shape between iterations (JAX's
-        # `lax.while_loop` does not; PyTorch takes the same preallocated buffer).
-        grows = _shares_growing_cache(self.model) and _on_tensorflow() and not in_xla_context()
+        grows = _shares_growing_cache(self.model) and loop_shapes_may_change()
         cache = self.model.init_cache(encoder_outputs, None if grows else buffer_size)  # once per source
         shared = shares_cross_cache(self.model)
 

@@ -115,7 +115,8 @@ class TreeConstraint:
             limits: int `(N,)`, each hypothesis's length limit (tokens, EOS included).
         """
         prefix_ids = ops.convert_to_tensor(prefix_ids, "int32")
-        kinds = ops.take(ops.convert_to_tensor(self.kinds), prefix_ids, axis=0)  # (N, L + 1); BOS and PAD are OTHER
+        kind_of_id = ops.convert_to_tensor(self.kinds)  # (V,)
+        kinds = ops.take(kind_of_id, prefix_ids, axis=0)  # (N, L + 1); BOS and PAD are OTHER
         depth = ops.sum(ops.cast(ops.equal(kinds, OPEN), "int32") - ops.cast(ops.equal(kinds, CLOSING), "int32"), axis=1)
         tags = ops.sum(ops.cast(ops.equal(kinds, TAG), "int32"), axis=1)  # (N,)
         index = ops.convert_to_tensor(index, "int32")
@@ -128,7 +129,7 @@ class TreeConstraint:
         may_close = (depth > 0) & ops.logical_not(last_opened)
         may_end = ops.equal(depth, 0) & ops.equal(words_left, 0)
         by_kind = ops.stack([ops.zeros_like(may_open), may_open, may_close, may_tag, may_end], axis=1)  # (N, 5)
-        return ops.take(by_kind, ops.convert_to_tensor(self.kinds), axis=1)  # (N, V)
+        return ops.take(by_kind, kind_of_id, axis=1)  # (N, V)
 
     def apply(self, scores, prefix_ids, index, words, limits):
         """`scores` `(N, V)` with the ids that `allowed` forbids set to -inf."""

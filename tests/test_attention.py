@@ -124,7 +124,8 @@ def test_equals_keras_multi_head_attention(setting):
     if options.get("use_causal_mask"):
         kwargs["use_causal_mask"] = True
 
-    layer = MultiHeadAttention(num_heads=H)
+    # Random biases: each head's bias must land on that head's columns of the projection.
+    layer = MultiHeadAttention(num_heads=H, bias_initializer="random_normal")
     outputs, scores = layer(query, value, return_attention_scores=True, **kwargs)
     reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
     reference(query, value)

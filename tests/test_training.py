@@ -83,10 +83,11 @@ def test_loss_without_smoothing_is_negative_log_likelihood():
     np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("eps", [0.1, 0.0])
-def test_loss_gradient_is_softmax_minus_the_smoothed_target(eps):
+@pytest.mark.parametrize("eps,scale", [(0.1, 3.0), (0.0, 3.0), (0.1, 100.0)])
+def test_loss_gradient_is_softmax_minus_the_smoothed_target(eps, scale):
+    # scale 100: logits far beyond exp's float32 range, where only a shifted exp is finite
     rng = np.random.default_rng(2)
-    logits = tf.constant(rng.normal(size=(2, 3, 7)).astype("float32") * 3)
+    logits = tf.constant(rng.normal(size=(2, 3, 7)).astype("float32") * scale)
     labels = np.array([[1, 6, 0], [4, 0, 0]])  # padding (0) gets no gradient
     with tf.GradientTape() as tape:
         tape.watch(logits)
@@ -99,6 +100,17 @@ def test_loss_gradient_is_softmax_minus_the_smoothed_target(eps):
     target[np.arange(2)[:, None], np.arange(3)[None, :], labels] += 1 - eps
     expected = (softmax - target) * (labels != 0)[..., None]
     np.testing.assert_allclose(gradient, expected, rtol=0, atol=1e-6)
+    # the same in a graph whose batch and length are unknown until it runs (a training step's)
+    spec = (tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None, 7), tf.float32))
+
+    @tf.function(input_signature=spec)
+    def graph_gradient(labels, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss_sum, _ = label_smoothed_nll(labels, logits, eps)
+        return tape.gradient(loss_sum, logits)
+
+    np.testing.assert_allclose(graph_gradient(labels.astype("int32"), logits).numpy(), expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 10000, 100000])

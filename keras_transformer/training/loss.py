@@ -38,13 +38,21 @@ def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
 
 
 def _smoothed_cross_entropy(logits, labels, label_smoothing):
-    """`(B, T)` losses of `token_losses` (no padding weights), with the gradient `softmax(z) - q`."""
+    """`(B, T)` losses of `token_losses` (no padding weights), with the gradient `softmax(z) - q`.
+
+    The vocabulary-sized work is a few passes over the logits: the maximum, `exp(z - max)`
+    (kept for the gradient), its sum and the mean of z forward; backward, one product and
+    one difference, and the reference's `1 - eps` taken off its entry by a scatter of one
+    value per position, with no one-hot of the vocabulary.
+    """
 
     @ops.custom_gradient
     def losses_of(logits):
-        log_normalizer = ops.logsumexp(logits, axis=-1)  # (B, T)
+        shift = ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))  # (B, T, 1)
+        exponentials = ops.exp(logits - shift)  # (B, T, V)
+        normalizer = ops.sum(exponentials, axis=-1)  # (B, T)
         reference = ops.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]  # (B, T)
-        losses = log_normalizer - (1.0 - label_smoothing) * reference
+        losses = ops.log(normalizer) + shift[..., 0] - (1.0 - label_smoothing) * reference
         if label_smoothing:
             losses = losses - label_smoothing * ops.mean(logits, axis=-1)
 
@@ -53,12 +61,19 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
             # passes the function's inputs (the logits) as arguments and it as `upstream`.
             if upstream is None:
                 upstream = args[0]
-            upstream = upstream[..., None]  # (B, T, 1)
-            vocabulary = ops.shape(logits)[-1]
-            target = ops.one_hot(labels, vocabulary, dtype="float32") * (1.0 - label_smoothing)
+            vocabulary = ops.shape(exponentials)[-1]
+            # softmax(z) * u - (eps / V) * u everywhere ...
+            grads = exponentials * (upstream / normalizer)[..., None]
             if label_smoothing:
-                target = target + label_smoothing / ops.cast(vocabulary, "float32")
-            return (ops.exp(logits - log_normalizer[..., None]) - target) * upstream
+                grads = grads - (label_smoothing / ops.cast(vocabulary, "float32")) * upstream[..., None]
+            # ... and - (1 - eps) * u at the reference: one entry per position, in place of a one-hot.
+            rows = ops.reshape(grads, (-1, vocabulary))  # (B * T, V)
+            references = ops.reshape(labels, (-1, 1))  # (B * T, 1)
+            at_reference = ops.take_along_axis(rows, references, axis=-1)[:, 0]
+            at_reference = at_reference - (1.0 - label_smoothing) * ops.reshape(upstream, (-1,))
+            positions = ops.arange(ops.shape(references)[0], dtype="int32")[:, None]
+            rows = ops.scatter_update(rows, ops.concatenate([positions, references], axis=-1), at_reference)
+            return ops.reshape(rows, ops.shape(exponentials))
 
         return losses, gradient
 

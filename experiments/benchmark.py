@@ -58,7 +58,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import cli  # first: it imports TensorFlow without the start-up log lines
+from keras_transformer import cli, cpu_allocator  # first: it imports TensorFlow without the start-up log lines
 from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
 from keras_transformer.benchmark.peaks import cpu_flags
 from keras_transformer.benchmark.profile import profile_run, training_profile
@@ -194,7 +194,7 @@ def main(argv):
             plot_scaling(points, FLAGS.scaling_window, FLAGS.scaling_plot)
             print(f"plot: {FLAGS.scaling_plot}")
     print(f"machine: {tf.config.list_physical_devices()} ; CPU flags: {cpu_flags()} ; precision {FLAGS.precision} ; "
-          f"jit_compile {FLAGS.jit_compile}")
+          f"jit_compile {FLAGS.jit_compile} ; CPU allocator {cpu_allocator.describe()}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import flags
 
-from keras_transformer import cli
+from keras_transformer import cli, cpu_allocator
 from keras_transformer.runs import load_run
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
@@ -56,7 +56,7 @@ def main(argv):
         f"max output = source length + {options.max_output_offset}, XLA {'on' if FLAGS.jit_compile else 'off'}"
     )
     print(format_speed_table(results))
-    print(f"CPU flags: {cpu_flags()}")
+    print(f"CPU flags: {cpu_flags()} ; CPU allocator {cpu_allocator.describe()}")
 
 
 if __name__ == "__main__":

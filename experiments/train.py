@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import app, flags, logging
 
-from keras_transformer import cli
+from keras_transformer import cli, cpu_allocator
 from keras_transformer.training import (
     ON_NONFINITE,
     PRECISIONS,
@@ -122,8 +122,8 @@ def _train(termination):
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
-    logging.info("Training preset %s on dataset %s, strategy %s (%d replicas)", FLAGS.preset, FLAGS.dataset,
-                 FLAGS.strategy, strategy.num_replicas_in_sync)
+    logging.info("Training preset %s on dataset %s, strategy %s (%d replicas), CPU allocator %s", FLAGS.preset,
+                 FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync, cpu_allocator.describe())
     _, results = train_translation(config, model_dir, options, data, strategy, termination=termination)
     if results.get("preempted") and results["step"] is None:
         print("Stopped by SIGTERM during start-up, before any update. Run the same command to resume.")

@@ -19,6 +19,7 @@ from absl import app, flags, logging
 USER_ERRORS = (ValueError, OSError, RuntimeError)
 
 from keras_transformer.backends import require_tensorflow
+from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
@@ -215,7 +216,11 @@ def run(main, tensorflow_only=True):
     and exits with status 2. `--traceback` shows the Python traceback instead. The
     script's module-level flags (and those defined here, e.g. the config flags) are its
     key flags, so `--help` lists them all.
+
+    TensorFlow's pooled CPU allocator is selected before anything runs (`cpu_allocator`),
+    unless `TF_CPU_ALLOCATOR_USE_BFC` in the environment says otherwise.
     """
+    use_pooled_cpu_allocator()
     flags.DEFINE_bool("traceback", False, "On an error, show the Python traceback instead of one line.")
     # `--help` lists the main module's key flags; absl names that module by sys.argv[0].
     for flag in flags.FLAGS.get_key_flags_for_module(__name__):

@@ -63,6 +63,7 @@ def test_train_then_resume_then_average(tmp_path):
     output = run("train.py", f"--model_dir={run_dir}", "--train_steps=6", "--bucket_boundaries=12,24",
                  "--sampling_alpha=0.5", *TINY_FLAGS)
     assert "Trained to step 6" in output
+    assert "CPU allocator pooled (TF_CPU_ALLOCATOR_USE_BFC=true)" in output  # selected before TensorFlow's first op
     data = json.loads((run_dir / "config.json").read_text())["data"]
     assert data["bucket_boundaries"] == [12, 24] and data["sampling_alpha"] == 0.5
     assert f"Checkpoints: {run_dir}/checkpoints/ckpt-6" in output

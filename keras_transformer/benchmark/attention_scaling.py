@@ -10,18 +10,22 @@ Peak memory: on a GPU, the device allocator's peak during one step. On the CPU, 
 keeps no allocator statistics, so each point runs in a fresh Python process (no memory freed
 by earlier points to reuse) and reports how much the process's peak resident set size
 (Linux `VmHWM`, reset just before the step) grew during one step at that length; the
-process has built the layer and run it once on 8 positions before.
+process has built the layer and run it once on 8 positions before. That process takes its
+tensors from `malloc`, not the pooled allocator the scripts select (`cpu_allocator`), so the
+step's memory is not drawn from blocks an earlier step left in a pool.
 """
 
 import dataclasses
 import functools
 import json
 import math
+import os
 import subprocess
 import sys
 
 import numpy as np
 
+from keras_transformer import cpu_allocator
 from keras_transformer.benchmark.timing import fastest_of_alternating
 
 
@@ -128,7 +132,9 @@ def peak_bytes(length, window=None, **layer_args):
         "print(json.dumps(_peak_bytes_here(*json.loads(sys.argv[1]))))\n"
     )
     arguments = json.dumps([length, window, layer_args])
-    result = subprocess.run([sys.executable, "-c", code, arguments], capture_output=True, text=True, check=False)
+    env = {**os.environ, cpu_allocator.ENVIRONMENT_VARIABLE: "false"}
+    result = subprocess.run([sys.executable, "-c", code, arguments], capture_output=True, text=True, check=False,
+                            env=env)
     if result.returncode != 0:
         raise RuntimeError(f"Measuring peak memory at length {length}, window {window} failed:\n{result.stderr[-2000:]}")
     return int(json.loads(result.stdout.strip().splitlines()[-1]))

@@ -12,6 +12,8 @@ under the same dtype policy (--precision) and with our dropout placement
       of --rounds; the peer's time over ours is also printed per batch shape);
   b2. real target tokens/s, our model on our bucketed batches vs the same model on
       fixed-length padding (every batch padded to --max_length): the bucketing gain;
+  b3. the same batches, our model skipping the padding (`--skip_padding`, the default)
+      against the same weights computing at the padding too, taking turns on every batch;
   c1. model FLOP utilization (MFU) on real tokens: training FLOP/s over the hardware's
       peak for the compute dtype (CPU: cores x FMA units x SIMD lanes x 2 x clock, read
       from the machine and printed with its inputs; GPU: the published dense peak);

@@ -161,6 +161,28 @@ def test_padded_keys_do_not_change_outputs():
     assert np.abs(as_numpy(layer(query, changed)) - as_numpy(layer(query, value))).max() > 1e-3
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_rows_equal_the_padded_call(causal):
+    """`query_packing` / `key_packing`: the real rows in, the same real rows out as the padded call."""
+    from keras_transformer.layers import packing
+
+    rng = np.random.default_rng(5)
+    query, value = random_floats(rng, B, T, D), random_floats(rng, B, S, D)
+    query_mask, value_mask = padding([T, 2], T), padding([4, S], S)
+    query_packing, value_packing = packing.packing(query_mask), packing.packing(value_mask)
+    layer = MultiHeadAttention(num_heads=H)
+    if causal:  # self-attention
+        expected = as_numpy(layer(query, query, key_mask=query_mask, use_causal_mask=True))[query_mask]
+        rows = packing.pack(query, query_packing)
+        outputs = layer(rows, rows, use_causal_mask=True, query_packing=query_packing, key_packing=query_packing)
+    else:  # cross-attention: other keys, other padding
+        expected = as_numpy(layer(query, value, key_mask=value_mask))[query_mask]
+        outputs = layer(packing.pack(query, query_packing), packing.pack(value, value_packing),
+                        query_packing=query_packing, key_packing=value_packing)
+    assert tuple(outputs.shape) == (int(query_mask.sum()), D)
+    np.testing.assert_allclose(as_numpy(outputs), expected, rtol=0, atol=ATOL)
+
+
 def test_symbolic_calls_return_the_eager_structure():
     rng = np.random.default_rng(9)
     data = [random_floats(rng, B, T, D), random_floats(rng, B, S, D)]

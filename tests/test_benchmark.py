@@ -172,11 +172,12 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
         "--padded_batch=8", "--padded_length=16", "--rounds=1", f"--plot={tmp_path / 'ratios.png'}",
     )
     for row in ("a. train steps/s", "b1. real target tokens/s, same bucketed batches",
-                "b2. real target tokens/s, bucketed vs fixed padding, ours", "c1. MFU: training FLOP/s / float32 peak",
+                "b2. real target tokens/s, bucketed vs fixed padding, ours",
+                "b3. the same, ours vs ours computing at the padding", "c1. MFU: training FLOP/s / float32 peak",
                 "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    for name in ("a. train steps/s", "b1. ", "b1'. ", "b2. ", "c1. ", "c2. "):  # printed as measured, then in the table
+    for name in ("a. train steps/s", "b1. ", "b1'. ", "b2. ", "b3. ", "c1. ", "c2. "):  # printed as measured, then in the table
         assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
 

@@ -162,12 +162,60 @@ def test_padding_does_not_change_real_positions(model):
     np.testing.assert_allclose(alone[0][real[1]], logits[1][real[1]], rtol=0, atol=ATOL)
 
 
+# Labels of TARGET: the next token, EOS (2) after the last, padding after that.
+LABELS = np.array([[14, 15, 16, 17, 2], [18, 19, 20, 2, 0]], "int32")
+
+
+@pytest.mark.parametrize("variant, jit_compile", [*((name, False) for name in [*VARIANTS, "word_positions"]),
+                                                  ("post_ln", True)])
+def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
+    """`skip_padding` (the default): on the same weights, the logits at every real position,
+    the loss and every gradient equal those of the model computing on the padded batch
+    (eagerly, and compiled with XLA, which bounds the number of real positions)."""
+    from keras_transformer.layers import packing
+    from keras_transformer.training.loss import label_smoothed_nll
+
+    changes = dict(word_positions=True, word_window=1) if variant == "word_positions" else VARIANTS[variant]
+    config = tiny_config(dropout=0.0, **changes)
+    keras.utils.set_random_seed(1)
+    packed, padded = Transformer(config), Transformer(config.replace(skip_padding=False))
+    padded.set_weights(packed.get_weights())
+    assert any(isinstance(layer, packing.Pack) for layer in packed.layers)
+    assert not any(isinstance(layer, packing.Pack) for layer in padded.layers)
+    source = np.concatenate([SOURCE, np.zeros((2, 2), "int32")], axis=1)  # more padding on both sides
+    target = np.concatenate([TARGET, np.zeros((2, 1), "int32")], axis=1)
+    labels = np.concatenate([LABELS, np.zeros((2, 1), "int32")], axis=1)
+    real = labels != 0
+
+    def forward_and_backward(model):
+        def step(source, target, labels):
+            with tf.GradientTape() as tape:
+                logits = model({"source_ids": source, "target_ids": target}, training=True)
+                loss_sum, _ = label_smoothed_nll(labels, logits)
+            return logits, loss_sum, tape.gradient(loss_sum, model.trainable_variables)
+
+        if jit_compile:
+            step = tf.function(step, jit_compile=True)
+        logits, loss_sum, grads = step(source, target, labels)
+        return as_numpy(logits), float(loss_sum), grads
+
+    packed_logits, packed_loss, packed_grads = forward_and_backward(packed)
+    padded_logits, padded_loss, padded_grads = forward_and_backward(padded)
+    np.testing.assert_allclose(packed_logits[real], padded_logits[real], rtol=0, atol=ATOL)
+    assert abs(packed_loss - padded_loss) <= ATOL
+    assert len(packed_grads) == len(padded_grads)
+    for variable, ours, theirs in zip(packed.trainable_variables, packed_grads, padded_grads):
+        np.testing.assert_allclose(as_numpy(tf.convert_to_tensor(ours)), as_numpy(tf.convert_to_tensor(theirs)),
+                                   rtol=0, atol=ATOL, err_msg=variable.path)
+
+
 def test_encode_and_decode_views_equal_the_model(model):
     encoder_outputs, source_mask = model.encode(SOURCE)
     assert tuple(encoder_outputs.shape) == (2, 6, TINY["hidden_dim"])
     np.testing.assert_array_equal(as_numpy(source_mask), SOURCE != 0)
     logits = model.decode(TARGET, encoder_outputs, source_mask)
-    np.testing.assert_allclose(as_numpy(logits), logits_of(model), rtol=0, atol=1e-6)
+    real = TARGET != 0  # the model skips the padding; its logits there are not computed
+    np.testing.assert_allclose(as_numpy(logits)[real], logits_of(model)[real], rtol=0, atol=1e-6)
     logits, scores = model.decode(TARGET, encoder_outputs, source_mask, return_attention_scores=True)
     assert len(scores) == TINY["num_decoder_layers"]
     assert tuple(scores[0]["cross"].shape) == (2, TINY["num_heads"], 5, 6)

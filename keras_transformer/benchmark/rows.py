@@ -100,6 +100,16 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     measured(Row("b2. real target tokens/s, bucketed vs fixed padding, ours", bucketed_rate, fixed_rate,
                  bucketed_rate / fixed_rate, 3.0))
 
+    # b3. what skipping the padding gives (`config.skip_padding`): ours against the same weights
+    # computing at the padding too, taking turns on every batch
+    if config.skip_padding:
+        padded_ours = Transformer(config.replace(skip_padding=False), dtype=policy)
+        padded_ours.set_weights(ours.get_weights())
+        skipping_seconds, padding_seconds = compare_steps_per_batch(
+            ours_step, make_train_step(padded_ours, config, jit_compile), bucketed, rounds)
+        measured(Row("b3. the same, ours vs ours computing at the padding", bucketed_tokens / sum(skipping_seconds),
+                     bucketed_tokens / sum(padding_seconds), sum(padding_seconds) / sum(skipping_seconds), None))
+
     # c. model FLOP utilization on real tokens: against the hardware peak, and (separately)
     # against the float32 matmul rate measured now
     source_lengths, target_lengths = real_lengths(bucketed)

@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_transformer.layers import attention_cache
 from keras_transformer.layers import masks as masks_lib
+from keras_transformer.layers import packing as packing_lib
 from keras_transformer.layers import quantization
 from keras_transformer.layers.checks import check_positive_int, check_rate
 from keras_transformer.layers.dropout import ReplicaDropout
@@ -95,9 +96,15 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: optional key/value cache dict (see above).
         cache_index: int scalar; write position in the self-attention cache.
         training: whether dropout is active.
+        query_packing: optional packing `(positions, mask)` of the queries' `(B, Q)` batch
+            (`layers.packing`): `query` is then `(N, D)`, the rows of its N real
+            positions, and so are the outputs, `(N, output_dim)`. Only those rows are
+            projected; attention itself runs on the `(B, Q)` layout.
+        key_packing: the same for `value` and `key` (`(N_K, D)` rows of a `(B, K)`
+            batch); its mask is the `key_mask`. Neither packing works with a cache.
 
     Returns:
-        `outputs (B, Q, output_dim)`; or `(outputs, scores)` with
+        `outputs (B, Q, output_dim)` (`(N, output_dim)` with `query_packing`); or `(outputs, scores)` with
         `return_attention_scores=True`; or `(outputs, cache)` in cached mode.
 
     Example:
@@ -188,8 +195,12 @@ class MultiHeadAttention(keras.layers.Layer):
     def _bias(self, name, shape):
         return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
 
-    def _project(self, inputs, name):
-        """`inputs (B, T, D)` through the `name` ("query", "key", "value") projection: `(B, H, T, Dk)`."""
+    def _project(self, inputs, name, packing=None):
+        """`inputs (B, T, D)` through the `name` ("query", "key", "value") projection: `(B, H, T, Dk)`.
+
+        With a `packing` (see `layers.packing`), `inputs` are its `(N, D)` real positions:
+        only they are projected, then laid out as `(B, H, T, Dk)` with zeros at the padding.
+        """
         # Cast explicitly: `compute_cache` runs outside `__call__`, where Keras does not
         # autocast variables under mixed precision.
         dtype = self.compute_dtype
@@ -209,6 +220,11 @@ class MultiHeadAttention(keras.layers.Layer):
             projected = ops.matmul(rows, ops.reshape(ops.cast(kernel, dtype), (width, heads * depth)))
         if self.use_bias:  # (B * T, H * Dk)
             projected = projected + ops.reshape(ops.cast(getattr(self, f"{name}_bias"), dtype), (heads * depth,))
+        if packing is not None:  # (N, H * Dk) -> (B, T, H * Dk)
+            projected = packing_lib.unpack(projected, packing)
+            shape = ops.shape(projected)
+            projected = ops.reshape(projected, (shape[0], shape[1], heads, depth))  # (B, T, H, Dk)
+            return ops.transpose(projected, (0, 2, 1, 3))  # (B, H, T, Dk)
         if inputs.shape[1] == 1:  # one position (a decoding step): (B, 1, H, Dk) is (B, H, 1, Dk) in memory
             return ops.reshape(projected, (-1, heads, 1, depth))
         shape = ops.shape(inputs)
@@ -261,14 +277,22 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_index=None,
         training=None,
+        query_packing=None,
+        key_packing=None,
     ):
+        if cache is not None and (query_packing is not None or key_packing is not None):
+            raise ValueError("query_packing and key_packing are not available in cached mode. Received: a cache")
+        if key_packing is not None:
+            key_mask = key_packing[1]
         if cache is not None and return_attention_scores:
             raise ValueError(
                 "return_attention_scores is not available in cached mode, which always "
                 "returns (outputs, cache). Received: return_attention_scores=True with a cache."
             )
         query_length = ops.shape(query)[1]
-        queries = self._project(query, "query")  # (B, H, Q, Dk)
+        if query_packing is not None:
+            query_length = ops.shape(query_packing[1])[1]
+        queries = self._project(query, "query", query_packing)  # (B, H, Q, Dk)
         causal_offset = 0
         grouped_rows = None
         ring = False
@@ -277,8 +301,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
             key = value if key is None else key
             key_mask = value_mask if key_mask is None else key_mask
-            keys = self._project(key, "key")  # (B, H, K, Dk)
-            values = self._project(value, "value")  # (B, H, K, Dv)
+            keys = self._project(key, "key", key_packing)  # (B, H, K, Dk)
+            values = self._project(value, "value", key_packing)  # (B, H, K, Dv)
         elif cache_index is None:  # static memory: encoder-decoder attention
             keys, values = cache["key"], cache["value"]
             rows, memory_rows = ops.shape(queries)[0], ops.shape(keys)[0]
@@ -314,7 +338,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 causal_offset = cache_index
         window = self.attention_window
         if window and cache is None:
-            query_length, key_length = query.shape[1], keys.shape[2]
+            query_length, key_length = queries.shape[2], keys.shape[2]
             if query_length is not None and key_length is not None and query_length != key_length:
                 raise ValueError(
                     "attention_window restricts self-attention: queries and keys must be the same positions. "
@@ -323,7 +347,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if window and cache is None and attention_mask is None and not return_attention_scores:
             dropout = (lambda weights: self._dropout_layer(weights, training=training)) if self.dropout else None
             outputs = windowed_attention(queries, keys, values, window, use_causal_mask, key_mask, dropout)
-            return self._output(outputs)
+            return self._output(outputs, query_packing)
         if window and not ring:  # the same band, as a mask over the full scores
             band = band_mask(ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset)
             attention_mask = band if attention_mask is None else ops.logical_and(ops.cast(attention_mask, "bool"), band)
@@ -343,20 +367,23 @@ class MultiHeadAttention(keras.layers.Layer):
         outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
         if grouped_rows is not None:
             outputs = attention_cache.ungroup_outputs(outputs, grouped_rows, query_length)  # (N, H, Q, Dv)
-        outputs = self._output(outputs)
+        outputs = self._output(outputs, query_packing)
         if cache is not None:
             return outputs, cache
         if return_attention_scores:
             return outputs, weights
         return outputs
 
-    def _output(self, heads):
-        """`heads (B, H, Q, Dv)` side by side through the output projection: `(B, Q, D)` (see `_project`)."""
+    def _output(self, heads, packing=None):
+        """`heads (B, H, Q, Dv)` side by side through the output projection: `(B, Q, D)` (see `_project`);
+        with a `packing`, only its real positions: `(N, D)`."""
         heads_count, depth, width = self.output_kernel.shape
-        if heads.shape[2] == 1:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv) in memory
+        if heads.shape[2] == 1 and packing is None:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv)
             concatenated = ops.reshape(heads, (-1, heads_count * depth))  # (B, H * Dv)
         else:
             concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, heads_count * depth))  # (B * Q, H * Dv)
+        if packing is not None:
+            concatenated = ops.take(concatenated, packing[0], axis=0)  # (N, H * Dv)
         kernel = ops.reshape(self.output_kernel, (heads_count * depth, width))
         if self.quantization_mode == "int8":
             outputs = quantization.quantized_matmul(
@@ -366,6 +393,8 @@ class MultiHeadAttention(keras.layers.Layer):
             outputs = ops.matmul(concatenated, kernel)
         if self.use_bias:
             outputs = outputs + self.output_bias
+        if packing is not None:
+            return outputs  # (N, D)
         shape = ops.shape(heads)
         return ops.reshape(outputs, (shape[0], shape[2], width))  # (B, Q, D)
 

@@ -59,6 +59,12 @@ class DecoderBlock(TransformerBlock):
         cache_index: int scalar, position of `decoder_sequence[:, 0]` in the cache.
         return_attention_scores: also return `{"self": (B, H, T, T), "cross": (B, H, T, S)}`.
         training: whether dropout is active.
+        decoder_packing: optional packing `(positions, mask)` of the `(B, T)` target batch
+            (`layers.packing`): `decoder_sequence` and the outputs are then `(N, D)`, the
+            rows of its N real positions, and every position-wise step computes on those
+            rows only; `mask` is the decoder padding mask.
+        encoder_packing: the same for `encoder_sequence` (`(N_S, D)` rows of the `(B, S)`
+            source batch); its mask is the encoder padding mask.
 
     Returns:
         `(B, T, D)`; `(outputs, scores)` with `return_attention_scores=True`;
@@ -112,15 +118,23 @@ class DecoderBlock(TransformerBlock):
         cache_index=None,
         return_attention_scores=False,
         training=None,
+        decoder_packing=None,
+        encoder_packing=None,
     ):
         cached = cache is not None
         if cached and cache_index is None:
             raise ValueError("DecoderBlock needs `cache_index` together with `cache`. Received: cache_index=None")
         if not cached and encoder_sequence is None:
             raise ValueError("DecoderBlock needs `encoder_sequence` unless a cache is given. Received: encoder_sequence=None")
-        if decoder_padding_mask is None and not cached:
+        if cached and (decoder_packing is not None or encoder_packing is not None):
+            raise ValueError("DecoderBlock's packings are not available in cached mode. Received: a cache")
+        if decoder_packing is not None:
+            decoder_padding_mask = decoder_packing[1]
+        elif decoder_padding_mask is None and not cached:
             decoder_padding_mask = masks_lib.implicit_mask(decoder_sequence)
-        if encoder_padding_mask is None and encoder_sequence is not None:
+        if encoder_packing is not None:
+            encoder_padding_mask = encoder_packing[1]
+        elif encoder_padding_mask is None and encoder_sequence is not None:
             encoder_padding_mask = masks_lib.implicit_mask(encoder_sequence)
 
         def self_attention(x):
@@ -141,6 +155,8 @@ class DecoderBlock(TransformerBlock):
                 use_causal_mask=use_causal_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                query_packing=decoder_packing,
+                key_packing=decoder_packing,
             )
             return result if return_attention_scores else (result, None)
 
@@ -160,6 +176,8 @@ class DecoderBlock(TransformerBlock):
                 attention_mask=encoder_attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                query_packing=decoder_packing,
+                key_packing=encoder_packing,
             )
             return result if return_attention_scores else (result, None)
 

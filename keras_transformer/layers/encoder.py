@@ -43,6 +43,9 @@ class EncoderBlock(TransformerBlock):
         attention_mask: optional bool `(B, S, S)`, True = may attend.
         return_attention_scores: also return the self-attention weights `(B, H, S, S)`.
         training: whether dropout is active.
+        packing: optional packing `(positions, mask)` of the `(B, S)` batch (`layers.packing`):
+            `inputs` and outputs are then `(N, D)`, the rows of its N real positions, and
+            every position-wise step computes on those rows only; `mask` is the padding mask.
 
     Returns:
         `(B, S, D)`, or `(outputs, scores)` with `return_attention_scores=True`.
@@ -79,8 +82,11 @@ class EncoderBlock(TransformerBlock):
         attention_mask=None,
         return_attention_scores=False,
         training=None,
+        packing=None,
     ):
-        if padding_mask is None:
+        if packing is not None:
+            padding_mask = packing[1]
+        elif padding_mask is None:
             padding_mask = masks_lib.implicit_mask(inputs)
 
         def self_attention(x):
@@ -91,6 +97,8 @@ class EncoderBlock(TransformerBlock):
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                query_packing=packing,
+                key_packing=packing,
             )
             return result if return_attention_scores else (result, None)
 

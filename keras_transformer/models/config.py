@@ -89,6 +89,11 @@ class TransformerConfig:
         max_length: longest source/target sequence in tokens (learned positions, buffers).
         share_embeddings: one embedding matrix for source and target tokens.
         tie_output: reuse the target embedding matrix as the pre-softmax projection.
+        skip_padding: on TensorFlow, the model's forward pass (`model(inputs)`: training
+            and teacher-forced scoring) computes every position-wise step -- projections,
+            feed-forward, layer norm, dropout, residuals -- on the real tokens only
+            (`layers.packing`); the same values at every real position. Not part of the
+            architecture: a run may change it on resume. False: on the padded batch.
 
     Training and decoding (the paper's values by default):
         label_smoothing: epsilon_ls.
@@ -124,6 +129,7 @@ class TransformerConfig:
     max_length: int = 256
     share_embeddings: bool = True
     tie_output: bool = True
+    skip_padding: bool = True
     label_smoothing: float = 0.1
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0

@@ -10,7 +10,7 @@ import keras
 from keras import ops
 
 from keras_transformer.backends import require_backend
-from keras_transformer.layers import quantization
+from keras_transformer.layers import packing, quantization
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.decoder import DecoderBlock
 from keras_transformer.layers.dropout import ReplicaDropout
@@ -144,9 +144,12 @@ class Transformer(keras.Model):
         # --- functional graph ---
         source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
         target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
-        encoder_outputs, source_mask = self._encode(source_ids, training=None)
+        # On TensorFlow the position-wise work skips the padding (`layers.packing`).
+        packed = config.skip_padding and keras.backend.backend() == "tensorflow"
+        encoder_outputs, source_mask = self._encode(source_ids, training=None, packed=packed)
         source_words = self.source_word_positions(source_ids) if config.word_window is not None else None
-        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None, source_words=source_words)
+        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None, source_words=source_words,
+                              packed=packed)
         super().__init__(inputs={"source_ids": source_ids, "target_ids": target_ids}, outputs=logits, **kwargs)
         # keras.Model's functional constructor ignores `dtype`; set the policy the sub-layers
         # use on the model itself, so that `get_config` (and `.keras` files) keep it.
@@ -190,12 +193,21 @@ class Transformer(keras.Model):
 
     # --- the views used by decoding and export ---
 
-    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None, word_positions=None):
+    def _packing_layer(self, layer_class):
+        """A `layers.packing` layer (`RealPositions`, `Pack`, `Unpack`) in the model's dtype policy."""
+        return layer_class(dtype=self.source_dropout.dtype_policy)
+
+    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None, word_positions=None,
+               real_positions=None):
+        """`(B, T, D)` embeddings plus positions, after dropout; with `real_positions` (`layers.packing`),
+        the `(N, D)` rows of those positions only."""
         hidden = embedding(token_ids)  # (B, T, D), scaled by sqrt(D)
         if word_positions is None:
             hidden = hidden + position(hidden, start_index=start_index)
         else:
             hidden = hidden + position(hidden, start_index=start_index, word_positions=word_positions)
+        if real_positions is not None:
+            hidden = self._packing_layer(packing.Pack)(hidden, real_positions)  # (N, D)
         return dropout(hidden, training=training)
 
     @property
@@ -238,18 +250,24 @@ class Transformer(keras.Model):
                 f"config.word_window={self.config.word_window}"
             )
 
-    def _encode(self, source_ids, training=None):
+    def _encode(self, source_ids, training=None, packed=False):
+        """`(hidden (B, S, D), source_mask (B, S))`; `packed`: `(hidden (N_S, D), source_packing)`,
+        the rows of the real positions and their packing (`layers.packing`)."""
         source_mask = padding_mask(source_ids, PAD_ID)  # (B, S)
+        source_packing = (self._packing_layer(packing.RealPositions)(source_mask), source_mask) if packed else None
         words = self.word_index.source(source_ids) if self.word_index is not None else None
         hidden = self._embed(
             source_ids, self.source_embedding, self.source_position, self.source_dropout, training=training,
-            word_positions=words,
+            word_positions=words, real_positions=source_packing[0] if packed else None,
         )
         for layer in self.encoder_layers:
-            hidden = layer(hidden, padding_mask=source_mask, training=training)  # (B, S, D)
+            if packed:
+                hidden = layer(hidden, packing=source_packing, training=training)
+            else:
+                hidden = layer(hidden, padding_mask=source_mask, training=training)  # (B, S, D)
         if "encoder" in self.final_norms:
             hidden = self.final_norms["encoder"](hidden)
-        return hidden, source_mask
+        return hidden, source_packing if packed else source_mask
 
     def _logits(self, hidden, output_ids=None):
         if "decoder" in self.final_norms:
@@ -262,30 +280,39 @@ class Transformer(keras.Model):
         return ops.cast(self.output_projection(hidden), "float32")
 
     def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False,
-                source_words=None):
+                source_words=None, packed=False):
+        """Logits `(B, T, V)` (and the attention scores). `packed`: `encoder_outputs` and
+        `source_mask` are the rows and the packing of `_encode(..., packed=True)`, and the
+        decoder's position-wise work runs on the target's real positions only."""
         target_mask = padding_mask(target_ids, PAD_ID)  # (B, T)
+        target_packing = (self._packing_layer(packing.RealPositions)(target_mask), target_mask) if packed else None
         words = self.word_index.target(target_ids) if self.word_index is not None else None
         hidden = self._embed(
             target_ids, self.target_embedding, self.target_position, self.target_dropout, training=training,
-            word_positions=words,
+            word_positions=words, real_positions=target_packing[0] if packed else None,
         )
         window = self._window_mask(source_words, words) if source_words is not None else None  # (B, T, S)
+        if packed:
+            masks = dict(decoder_packing=target_packing, encoder_packing=source_mask)
+        else:
+            masks = dict(decoder_padding_mask=target_mask, encoder_padding_mask=source_mask)
         scores = []
         for layer in self.decoder_layers:
             result = layer(
                 hidden,
                 encoder_outputs,
-                decoder_padding_mask=target_mask,
-                encoder_padding_mask=source_mask,
                 encoder_attention_mask=window,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                **masks,
             )
             if return_attention_scores:
                 hidden, layer_scores = result
                 scores.append(layer_scores)
             else:
                 hidden = result
+        if packed:
+            hidden = self._packing_layer(packing.Unpack)(hidden, *target_packing)  # (B, T, D), zeros at the padding
         logits = self._logits(hidden)
         if return_attention_scores:
             return logits, scores
@@ -441,7 +468,8 @@ class Transformer(keras.Model):
         with warnings.catch_warnings():
             # Keras warns about each layer without a `quantize` method; these hold no weight
             # matrix. (A learned position table is left float, and Keras says so.)
-            for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer"):
+            for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer", "RealPositions",
+                         "Pack", "Unpack"):
                 warnings.filterwarnings("ignore", message=f"Layer {name} does not have a `quantize` method")
             super().quantize(mode, config=config, filters=filters, **kwargs)
         self.quantization_config = config

@@ -1,0 +1,98 @@
+"""Position-wise work on the real tokens only: the rows of a padded batch that hold tokens.
+
+Every part of a Transformer layer but attention treats each position alone: the
+projections, the feed-forward network, layer normalization, dropout and the residual adds.
+On a padded batch `(B, T, D)` they also compute at the padding. A *packing* carries the N
+real positions as rows `(N, D)` through that position-wise work, and lays them back out as
+`(B, T, ...)` only where positions meet, inside attention (`MultiHeadAttention`'s
+`query_packing` and `key_packing`). Every real position gets the same values as on the
+padded batch; the padding's rows are never computed. On length-bucketed batches about a
+fifth of the positions are padding (docs/results.md).
+
+A packing is a pair `(positions, mask)`: `mask` the `(B, T)` padding mask, `positions` the
+int32 `(N,)` flat indices `b * T + t` of its real positions, in order.
+
+`real_positions` has a result whose size depends on the data. TensorFlow's graphs and XLA
+allow that (XLA bounds it by B * T); JAX's `jit` does not, so `Transformer` packs on
+TensorFlow only (`config.skip_padding`).
+
+Shape letters: B batch, T length, N real positions, D width.
+"""
+
+import keras
+from keras import ops
+
+
+def real_positions(mask):
+    """int32 `(N,)`: the flat indices `b * T + t` of the True entries of a bool `(B, T)` mask, in order.
+
+    >>> import numpy as np
+    >>> real_positions(np.array([[True, True, False], [True, False, False]])).numpy().tolist()
+    [0, 1, 3]
+    """
+    return ops.cast(ops.where(ops.reshape(mask, (-1,)))[0], "int32")
+
+
+def packing(mask):
+    """The packing `(positions, mask)` of a bool `(B, T)` padding mask (True at real tokens)."""
+    return real_positions(mask), mask
+
+
+def pack(sequence, packing):
+    """`(B, T, ...)` -> `(N, ...)`: the rows of the packing's real positions."""
+    positions, _ = packing
+    rows = ops.reshape(sequence, (-1,) + tuple(sequence.shape[2:]))  # (B * T, ...)
+    return ops.take(rows, positions, axis=0)
+
+
+def unpack(rows, packing):
+    """`(N, ...)` -> `(B, T, ...)`: the rows at their positions, zeros at the padding.
+
+    >>> import numpy as np
+    >>> mask = np.array([[True, True, False], [True, False, False]])
+    >>> rows = np.array([[1.0], [2.0], [3.0]], "float32")
+    >>> unpack(rows, packing(mask))[..., 0].numpy().tolist()
+    [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]
+    """
+    positions, mask = packing
+    batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
+    width = tuple(rows.shape[1:])
+    flat = ops.scatter(ops.expand_dims(positions, -1), rows, (batch * length,) + width)  # (B * T, ...)
+    return ops.reshape(flat, (batch, length) + width)
+
+
+# The same three steps as layers, for functional models (Keras cannot infer the size of
+# `real_positions` from its op alone).
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class RealPositions(keras.layers.Layer):
+    """`mask (B, T)` -> int32 `(N,)`: `real_positions` as a layer."""
+
+    def call(self, mask):
+        return real_positions(mask)
+
+    def compute_output_spec(self, mask):
+        return keras.KerasTensor((None,), dtype="int32")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Pack(keras.layers.Layer):
+    """`(sequence (B, T, ...), positions (N,))` -> `(N, ...)`: `pack` as a layer."""
+
+    def call(self, sequence, positions):
+        return pack(sequence, (positions, None))
+
+    def compute_output_spec(self, sequence, positions):
+        return keras.KerasTensor((None,) + tuple(sequence.shape[2:]), dtype=sequence.dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Unpack(keras.layers.Layer):
+    """`(rows (N, ...), positions (N,), mask (B, T))` -> `(B, T, ...)`: `unpack` as a layer."""
+
+    def call(self, rows, positions, mask):
+        return unpack(rows, (positions, mask))
+
+    def compute_output_spec(self, rows, positions, mask):
+        return keras.KerasTensor(tuple(mask.shape[:2]) + tuple(rows.shape[1:]), dtype=rows.dtype)

@@ -74,9 +74,7 @@ import keras  # noqa: E402,I001  (after keras_transformer, see above)
 import tensorflow as tf  # noqa: E402,I001
 
 cli.define_config_flags("small")
-flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: download).")
-flags.DEFINE_string("src_lang", "en", "Source language.")
-flags.DEFINE_string("tgt_lang", "de", "Target language.")
+cli.define_multi30k_flags()
 flags.DEFINE_integer("steps", 30, "Timed training steps per measurement.")
 flags.DEFINE_integer("rounds", 3, "Alternating timing rounds; each side keeps its fastest.")
 flags.DEFINE_integer("batch_tokens", 4096, "Token budget per batch (bucketed pipeline).")

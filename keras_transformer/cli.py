@@ -56,6 +56,13 @@ def define_corpus_flags(split=None):
         flags.DEFINE_enum("split", split, list(SPLITS), "Corpus split.")
 
 
+def define_multi30k_flags():
+    """`--data_dir`, `--src_lang`, `--tgt_lang` of the benchmarks, which read Multi30k."""
+    flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: download).")
+    flags.DEFINE_string("src_lang", "en", "Source language.")
+    flags.DEFINE_string("tgt_lang", "de", "Target language.")
+
+
 def define_checkpoint_flags():
     """`--checkpoint` and `--average_last`: which weights of a run directory to load."""
     flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")

@@ -74,12 +74,7 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
         .take(num_batches)
         .as_numpy_iterator()
     )
-    arrays = {}
-    for index, (inputs, labels) in enumerate(batches):
-        arrays[f"source_ids_{index}"] = inputs["source_ids"]
-        arrays[f"target_ids_{index}"] = inputs["target_ids"]
-        arrays[f"labels_{index}"] = labels
-    np.savez(work_dir / TRAIN_BATCHES, **arrays)
+    save_batches(work_dir / TRAIN_BATCHES, batches)
     sources = [source for source, _ in load_run_pairs(model_dir, "val")[:num_sentences]]
     decode = source_batches(tokenizer, sources, batch_size, config.max_length)
     np.savez(work_dir / SOURCE_BATCHES, **{f"batch_{index}": np.asarray(ids) for index, ids in enumerate(decode)})
@@ -95,14 +90,30 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
     return settings
 
 
+def save_batches(path, batches):
+    """Write `(inputs, labels)` training batches (numpy) to one `.npz` file; `load_batches` reads it back."""
+    arrays = {}
+    for index, (inputs, labels) in enumerate(batches):
+        arrays[f"source_ids_{index}"] = inputs["source_ids"]
+        arrays[f"target_ids_{index}"] = inputs["target_ids"]
+        arrays[f"labels_{index}"] = labels
+    np.savez(path, **arrays)
+
+
+def load_batches(path):
+    """The `(inputs, labels)` batches that `save_batches` wrote to `path`, in order."""
+    with np.load(path) as stored:
+        count = sum(name.startswith("labels_") for name in stored.files)
+        return [
+            ({"source_ids": stored[f"source_ids_{i}"], "target_ids": stored[f"target_ids_{i}"]}, stored[f"labels_{i}"])
+            for i in range(count)
+        ]
+
+
 def _load(work_dir):
     work_dir = Path(work_dir)
     settings = json.loads((work_dir / SETTINGS).read_text())
-    with np.load(work_dir / TRAIN_BATCHES) as stored:
-        train = [
-            ({"source_ids": stored[f"source_ids_{i}"], "target_ids": stored[f"target_ids_{i}"]}, stored[f"labels_{i}"])
-            for i in range(settings["num_batches"])
-        ]
+    train = load_batches(work_dir / TRAIN_BATCHES)
     with np.load(work_dir / SOURCE_BATCHES) as stored:
         sources = [stored[f"batch_{i}"] for i in range(len(stored.files))]
     return settings, train, sources

@@ -3,7 +3,6 @@
 import time
 
 import numpy as np
-import tensorflow as tf
 
 
 def training_flops(config, source_lengths, target_lengths):
@@ -35,8 +34,10 @@ def training_flops(config, source_lengths, target_lengths):
     return 3.0 * (encoder + decoder + output)
 
 
-def matmul_flops_per_second(size=2048, repeats=10, dtype=tf.float32):
-    """Measured matmul throughput of this machine (FLOP/s) for `size`-square matrices of `dtype`."""
+def matmul_flops_per_second(size=2048, repeats=10, dtype="float32"):
+    """Measured matmul throughput of this machine (FLOP/s) for `size`-square matrices of `dtype` (TensorFlow)."""
+    import tensorflow as tf
+
     a = tf.random.normal([size, size], dtype=dtype)
     b = tf.random.normal([size, size], dtype=dtype)
 

@@ -3,14 +3,17 @@
 import functools
 import time
 
-import tensorflow as tf
-
 from keras_transformer.training.loss import label_smoothed_nll
 from keras_transformer.training.schedule import paper_optimizer
 
 
 def make_train_step(model, config, jit_compile=False):
-    """A compiled update (label-smoothed loss, the paper's Adam) for `model`; returns its loss sum."""
+    """A compiled update (label-smoothed loss, the paper's Adam) for `model`; returns its loss sum.
+
+    TensorFlow's (`tf.function`); the timing helpers below take any step and run on every backend.
+    """
+    import tensorflow as tf
+
     optimizer = paper_optimizer(config.hidden_dim, config.warmup_steps)
     optimizer.build(model.trainable_variables)
 
@@ -27,14 +30,21 @@ def make_train_step(model, config, jit_compile=False):
     return step
 
 
-def warm_up(step, batches):
-    """Run `step` once on each distinct batch shape of `batches` (tracing it), untimed."""
+def warm_up(step, batches, log=None):
+    """Run `step` once on each distinct batch shape of `batches` (tracing it), untimed.
+
+    With `log`, says how long each shape's first step took (compilation included).
+    """
     seen = set()
     for inputs, labels in batches:
         shape = (tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape))
         if shape not in seen:
             seen.add(shape)
+            start = time.perf_counter()
             float(step(inputs, labels))
+            if log:
+                (batch, source), (_, target) = shape
+                log(f"first step on {batch}x{source}/{target} in {time.perf_counter() - start:.1f} s")
 
 
 def run_steps(step, batches):

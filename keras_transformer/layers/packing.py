@@ -12,9 +12,12 @@ fifth of the positions are padding (docs/results.md).
 A packing is a pair `(positions, mask)`: `mask` the `(B, T)` padding mask, `positions` the
 int32 `(N,)` flat indices `b * T + t` of its real positions, in order.
 
-`real_positions` has a result whose size depends on the data. TensorFlow's graphs and XLA
-allow that (XLA bounds it by B * T); JAX's `jit` does not, so `Transformer` packs on
-TensorFlow only (`config.skip_padding`).
+`real_positions` has a result whose size depends on the data. TensorFlow's graphs allow
+that; JAX's `jit` does not, so `Transformer` packs on TensorFlow only
+(`config.skip_padding`). XLA allows it too, bounded by B * T, but a training step compiled
+so took 3.5-5.8x the keras-hub peer's time on the CPU (docs/results.md), so under XLA
+(`jit_compile=True`) a packing carries every position (`packed_positions`): static shapes,
+the padded model's work.
 
 Shape letters: B batch, T length, N real positions, D width.
 """
@@ -33,9 +36,32 @@ def real_positions(mask):
     return ops.cast(ops.where(ops.reshape(mask, (-1,)))[0], "int32")
 
 
+def packed_positions(mask):
+    """int32 `(N,)`: the positions a packing of the bool `(B, T)` mask carries.
+
+    The real ones (`real_positions`), except while TensorFlow traces a function for XLA:
+    there every position, `0 .. B * T - 1`, so that the compiled shapes do not depend on
+    the data (the padding's rows are computed, and attention still masks them as keys).
+    """
+    if _in_xla_context():
+        return ops.arange(ops.shape(mask)[0] * ops.shape(mask)[1], dtype="int32")
+    return real_positions(mask)
+
+
+def _in_xla_context():
+    """Whether TensorFlow is tracing a function for XLA (`tf.function(jit_compile=True)`)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util  # no public API says this
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def packing(mask):
-    """The packing `(positions, mask)` of a bool `(B, T)` padding mask (True at real tokens)."""
-    return real_positions(mask), mask
+    """The packing `(positions, mask)` of a bool `(B, T)` padding mask (True at real tokens):
+    `packed_positions(mask)` and the mask."""
+    return packed_positions(mask), mask
 
 
 def pack(sequence, packing):
@@ -67,10 +93,11 @@ def unpack(rows, packing):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class RealPositions(keras.layers.Layer):
-    """`mask (B, T)` -> int32 `(N,)`: `real_positions` as a layer."""
+    """`mask (B, T)` -> int32 `(N,)`: `packed_positions` as a layer (the real positions;
+    every position under XLA)."""
 
     def call(self, mask):
-        return real_positions(mask)
+        return packed_positions(mask)
 
     def compute_output_spec(self, mask):
         return keras.KerasTensor((None,), dtype="int32")

@@ -28,12 +28,11 @@ model FLOP utilization against the device's peak for the compute dtype (GPU: the
 published dense peak, `peaks.gpu_peak`; CPU: `peaks.cpu_peak`).
 """
 
+import collections
 import json
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 from keras_transformer.benchmark.backends import load_batches, save_batches
 
@@ -48,11 +47,7 @@ def select_batches(batches, num_shapes, per_shape):
         inputs, _ = batch
         return tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape)
 
-    counts = {}
-    for batch in batches:
-        counts[shape(batch)] = counts.get(shape(batch), 0) + 1
-    chosen = sorted(counts, key=lambda key: -counts[key])[:num_shapes]
-    taken = dict.fromkeys(chosen, 0)
+    taken = {key: 0 for key, _ in collections.Counter(map(shape, batches)).most_common(num_shapes)}
     selected = []
     for batch in batches:
         key = shape(batch)
@@ -78,9 +73,9 @@ def prepare(work_dir, config, pairs, tokenizer, precision, batch_tokens, num_sha
     Returns:
         The settings written.
     """
+    from keras_transformer.benchmark.batches import real_lengths
     from keras_transformer.benchmark.flops import training_flops
     from keras_transformer.data.pipeline import make_dataset
-    from keras_transformer.data.tokenizer import PAD_ID
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -88,9 +83,8 @@ def prepare(work_dir, config, pairs, tokenizer, precision, batch_tokens, num_sha
     batches = select_batches(list(dataset.as_numpy_iterator()), num_shapes, per_shape)
     save_batches(work_dir / BATCHES, batches)
     tokens, flops = [], []
-    for inputs, labels in batches:
-        source_lengths = np.sum(inputs["source_ids"] != PAD_ID, 1)
-        target_lengths = np.sum(labels != PAD_ID, 1)
+    for batch in batches:
+        source_lengths, target_lengths = real_lengths([batch])
         tokens.append(int(target_lengths.sum()))
         flops.append(float(training_flops(config, source_lengths, target_lengths)))
     settings = {
@@ -164,7 +158,8 @@ def worker(work_dir, precision=None, log=print):
     started = time.perf_counter()
     for name, step in steps.items():  # compile every shape, saying how long each took
         warm_up(step, batches, log=lambda line, name=name: log(f"{name}: {line}"))
-    ours, peer = compare_steps_per_batch(steps["ours"], steps["keras-hub"], batches, rounds=settings["rounds"])
+    ours, peer = compare_steps_per_batch(steps["ours"], steps["keras-hub"], batches, rounds=settings["rounds"],
+                                         warmed=True)
     log(f"timed {len(batches)} batches x {settings['rounds']} rounds x 2 models in "
         f"{time.perf_counter() - started:.0f} s (compilation included)")
     tokens, flops = sum(settings["target_tokens"]), sum(settings["flops"])
@@ -199,15 +194,13 @@ def format_result(result, settings):
         lines.append(f"{name:<10} {model['tokens_per_second']:>17,.0f} {model['flops_per_second'] / 1e12:>8.2f} "
                      f"{model['mfu']:>6.3f}")
     lines.append(f"ours / keras-hub (real target tokens/s): {ours['tokens_per_second'] / peer['tokens_per_second']:.2f}")
-    by_shape = {}
+    by_shape = {}  # (source, target) shape -> [our seconds, the peer's seconds, batches]
     for shape, mine, theirs in zip(shapes, ours["seconds"], peer["seconds"]):
-        pair = by_shape.setdefault(shape, [0.0, 0.0])
-        pair[0] += mine
-        pair[1] += theirs
+        totals = by_shape.setdefault(shape, [0.0, 0.0, 0])
+        totals[0], totals[1], totals[2] = totals[0] + mine, totals[1] + theirs, totals[2] + 1
     lines.append("by batch shape (source, target): " + ", ".join(
-        f"{source[0]}x{source[1]}/{target[1]}: {theirs / mine:.2f} ({mine * 1e3 / counts:.1f} ms ours)"
-        for ((source, target), (mine, theirs)), counts in zip(
-            by_shape.items(), [shapes.count(shape) for shape in by_shape])))
+        f"{source[0]}x{source[1]}/{target[1]}: {theirs / mine:.2f} ({mine * 1e3 / count:.1f} ms ours)"
+        for (source, target), (mine, theirs, count) in by_shape.items()))
     return "\n".join(lines)
 
 

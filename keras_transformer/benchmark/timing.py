@@ -69,7 +69,7 @@ def compare_steps(first, second, rounds=3):
     return fastest[0][0], fastest[1][0]
 
 
-def compare_steps_per_batch(first, second, batches, rounds=3):
+def compare_steps_per_batch(first, second, batches, rounds=3, warmed=False):
     """Best-of-`rounds` seconds of two steps on each batch of `batches`, alternating per batch.
 
     Finer than `compare_steps`: the two steps take turns on every batch (which goes first
@@ -81,12 +81,14 @@ def compare_steps_per_batch(first, second, batches, rounds=3):
         first, second: steps `(inputs, labels) -> tensor`.
         batches: a list of `(inputs, labels)`.
         rounds: passes over the batches.
+        warmed: both steps already ran on every batch shape (`warm_up`): no warm-up here.
 
     Returns:
         `(first_seconds, second_seconds)`: lists with each batch's fastest time.
     """
-    warm_up(first, batches)
-    warm_up(second, batches)
+    if not warmed:
+        warm_up(first, batches)
+        warm_up(second, batches)
     best = [[float("inf")] * len(batches), [float("inf")] * len(batches)]
     for round_ in range(rounds):
         order = ((0, first), (1, second)) if round_ % 2 == 0 else ((1, second), (0, first))

@@ -241,13 +241,35 @@ def test_a_mode_keras_does_not_know_is_keras_error():
     assert {weight.dtype for weight in model.weights} == {"float32"}
 
 
-def test_quantizing_leaves_the_garbage_collector_as_it_found_it():
-    """`Transformer.quantize` freezes the heap while Keras removes the float kernels (one
-    collection in place of one per kernel) and unfreezes it; objects a process froze itself
-    stay frozen."""
+
+def test_quantizing_collects_the_heap_once_and_leaves_the_collector_as_it_found_it():
+    """Keras runs a full collection for every float kernel it removes; `Transformer.quantize`
+    (and `MultiHeadAttention.quantize` alone) freezes the objects that existed before, so
+    only its last collection walks them. It unfreezes them after; objects a process froze
+    itself stay frozen."""
     import gc
 
-    quantized_model()
+    full_collections = []  # per full collection: the number of frozen objects it skipped
+
+    def record(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full_collections.append(gc.get_freeze_count())
+
+    keras.utils.set_random_seed(0)
+    model = Transformer(tiny_config())
+    gc.callbacks.append(record)
+    try:
+        model.quantize("int8")
+        attention = MultiHeadAttention(num_heads=2, key_dim=4)
+        attention(np.ones((1, 3, 8), "float32"), np.ones((1, 3, 8), "float32"))
+        collections_before = len(full_collections)
+        attention.quantize("int8")
+    finally:
+        gc.callbacks.remove(record)
+    model_collections, layer_collections = full_collections[:collections_before], full_collections[collections_before:]
+    assert len(model_collections) > 20  # Keras' own, one per float kernel removed
+    assert sum(skipped == 0 for skipped in model_collections) == 1, model_collections  # the last one
+    assert len(layer_collections) == 5 and sum(skipped == 0 for skipped in layer_collections) == 1, layer_collections
     assert gc.get_freeze_count() == 0
     gc.freeze()
     try:

@@ -461,8 +461,9 @@ class MultiHeadAttention(keras.layers.Layer):
             for name, axes in self.KERNEL_REDUCED_AXES.items()
         }
         kernel_shapes = {name: tuple(getattr(self, name).shape) for name in quantized}
-        for name in quantized:
-            delattr(self, name)  # untracks the float variable
+        with quantization.one_garbage_collection():
+            for name in quantized:
+                delattr(self, name)  # untracks the float variable
         self.quantized_build(kernel_shapes, mode, config)
         for name, (values, scale) in quantized.items():
             getattr(self, name).assign(values)

@@ -4,8 +4,6 @@ Shape letters: B batch, S source length, T target length, L cache length, D mode
 V vocabulary size.
 """
 
-import contextlib
-import gc
 import warnings
 
 import keras
@@ -460,25 +458,22 @@ class Transformer(keras.Model):
         """
         if mode not in quantization.MODES:
             raise quantization.mode_error(mode)
-        with _one_garbage_collection():
-            self._quantize(mode, config, filters, **kwargs)
+        with quantization.one_garbage_collection():  # Keras collects once per float kernel it removes
+            attention = [layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)]
+            if filters is not None:
+                from keras.src.quantizers.utils import should_quantize_layer  # the filters' meaning in Model.quantize
+
+                attention = [layer for layer in attention if should_quantize_layer(layer, filters)]
+            for layer in attention:
+                layer.quantize(mode, config=config)
+            with warnings.catch_warnings():
+                # Keras warns about each layer without a `quantize` method; these hold no weight
+                # matrix. (A learned position table is left float, and Keras says so.)
+                for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer", "RealPositions",
+                             "Pack", "Unpack"):
+                    warnings.filterwarnings("ignore", message=f"Layer {name} does not have a `quantize` method")
+                super().quantize(mode, config=config, filters=filters, **kwargs)
         self.quantization_config = config
-
-    def _quantize(self, mode, config, filters, **kwargs):
-        attention = [layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)]
-        if filters is not None:
-            from keras.src.quantizers.utils import should_quantize_layer  # the filters' meaning in Model.quantize
-
-            attention = [layer for layer in attention if should_quantize_layer(layer, filters)]
-        for layer in attention:
-            layer.quantize(mode, config=config)
-        with warnings.catch_warnings():
-            # Keras warns about each layer without a `quantize` method; these hold no weight
-            # matrix. (A learned position table is left float, and Keras says so.)
-            for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer", "RealPositions",
-                         "Pack", "Unpack"):
-                warnings.filterwarnings("ignore", message=f"Layer {name} does not have a `quantize` method")
-            super().quantize(mode, config=config, filters=filters, **kwargs)
 
     def get_config(self):
         return {
@@ -519,26 +514,3 @@ def _check_distribution():
             "jax",
             hint="use a tf.distribute strategy, docs/distributed.md" if on_tensorflow else None,
         )
-
-
-@contextlib.contextmanager
-def _one_garbage_collection():
-    """One garbage collection at the end instead of one per float variable removed.
-
-    Keras' `Layer.__delattr__` runs `gc.collect()` for every variable it removes, and
-    quantizing removes every float kernel: each collection walks the whole heap, so a tiny
-    model took 11 s to quantize in a fresh process (0.36 s a collection, 33 of them), and
-    more in a process holding more objects. Inside the block the objects that existed
-    before it are frozen (`gc.freeze`), which those collections skip; the float kernels,
-    freed by reference counting, go as before, and one full collection runs at the end.
-    Left as it is where the process has frozen objects already (`gc.get_freeze_count`).
-    """
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.collect()

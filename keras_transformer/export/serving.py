@@ -75,8 +75,14 @@ class ServingModule(tf.Module):
         self.score = translator.score
 
     def signatures(self):
-        """Signature name -> concrete function, for `tf.saved_model.save`."""
-        return {name: getattr(self.translator, method).get_concrete_function() for name, method in SIGNATURES.items()}
+        """Signature name -> the translator's `tf.function`, for `tf.saved_model.save`.
+
+        The functions, not their concrete functions: `tf.saved_model.save` then traces each
+        inside its save context, where it also lists the module's functions. A concrete
+        function traced before the save is keyed outside that context, and the save would
+        trace every search a second time.
+        """
+        return {name: getattr(self.translator, method) for name, method in SIGNATURES.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ import tensorflow as tf
 from keras_transformer.data.builtin_task import builtin_task
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.decoding import make_search_fn
+from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.text import decode_text, encode_source, translate
 from keras_transformer.export import (
     SIGNATURES,
@@ -43,6 +44,7 @@ from keras_transformer.export import (
     read_warmup_requests,
     serving,
 )
+from keras_transformer.export import translator as translator_module
 from keras_transformer.export.ops_check import TENSORFLOW_ONLY_PRELUDE
 from keras_transformer.training import load_run
 from tests import runtimes
@@ -254,18 +256,25 @@ def windowed_export(run_objects, tmp_path_factory):
     windowed = Transformer(dataclasses.replace(config, attention_window=3))
     windowed.set_weights(model.get_weights())
     translator = TranslationModule(windowed, tokenizer, beam_size=4, length_penalty=0.6, max_output_offset=10)
-    result = export_saved_model(
-        translator, tmp_path_factory.mktemp("windowed"), "windowed", warmup_sentences=["twenty one"], verify=False
-    )
-    traces = {method: getattr(translator, method).experimental_get_tracing_count() for method in SIGNATURES.values()}
-    return windowed, tokenizer, translator, result, traces
+    searches = []
+    with pytest.MonkeyPatch.context() as patch:  # counts the beam searches the export traces
+        patch.setattr(translator_module, "beam_search",
+                      lambda *args, **kwargs: searches.append(kwargs["num_return"]) or beam_search(*args, **kwargs))
+        result = export_saved_model(
+            translator, tmp_path_factory.mktemp("windowed"), "windowed", warmup_sentences=["twenty one"], verify=False
+        )
+    traces = {method: getattr(translator, method).experimental_get_tracing_count()
+              for method in (*SIGNATURES.values(), "_best")}
+    return windowed, tokenizer, translator, result, (traces, searches)
 
 
-def test_the_export_traces_each_signature_once(windowed_export):
+def test_the_export_traces_each_function_once_and_the_search_once_per_width(windowed_export):
     """A concrete function traced before `tf.saved_model.save` is keyed outside its save context, and
-    the save traces the search again (a third of the export's time on a tiny model)."""
-    traces = windowed_export[-1]
-    assert traces == {method: 1 for method in SIGNATURES.values()}, traces
+    the save traced every function again. `translate` and `translate_ids` share one search (`_best`);
+    `translate_nbest` returns K hypotheses, a search of its own."""
+    traces, searches = windowed_export[-1]
+    assert traces == {method: 1 for method in (*SIGNATURES.values(), "_best")}, traces
+    assert sorted(searches) == [1, 4], searches
 
 
 def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(windowed_export, loader_python):

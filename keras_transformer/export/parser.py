@@ -65,7 +65,7 @@ class ParsingModule(TranslationModule):
     def translate(self, text):
         """Parse tokenized sentences: tf.string `(B,)` -> `{"translation": trees (B,), "score": (B,)}`."""
         text = _check_shape(text, TEXT_SPEC)
-        token_ids, scores = self._search(self.encode(text))  # (B, 1, L), (B, 1)
+        token_ids, scores = self._best(self.encode(text))  # (B, 1, L), (B, 1)
         trees = trees_from_targets(self.decode(token_ids[:, 0]), valid_utf8(text))
         return {"translation": trees, "score": scores[:, 0]}
 

@@ -196,7 +196,7 @@ class TranslationModule(tf.Module):
         `score` is the beam score log P(Y | X) / lp(|Y|) of the translation.
         """
         text = _check_shape(text, TEXT_SPEC)
-        token_ids, scores = self._search(self.encode(text))  # (B, 1, L), (B, 1)
+        token_ids, scores = self._best(self.encode(text))  # (B, 1, L), (B, 1)
         return {"translation": self.decode(token_ids[:, 0]), "score": scores[:, 0]}
 
     @tf.function(input_signature=[TEXT_SPEC])
@@ -216,7 +216,7 @@ class TranslationModule(tf.Module):
     def translate_ids(self, source_ids):
         """Translate token ids: int32 `(B, S)` (pieces, EOS, PAD=0) -> `{"token_ids" (B, L), "scores" (B,)}`."""
         source_ids = _check_shape(source_ids, SOURCE_IDS_SPEC)
-        token_ids, scores = self._search(self._clean_ids(source_ids))  # (B, 1, L), (B, 1)
+        token_ids, scores = self._best(self._clean_ids(source_ids))  # (B, 1, L), (B, 1)
         return {"token_ids": token_ids[:, 0], "scores": scores[:, 0]}
 
     @tf.function(input_signature=[SOURCE_SPEC, TARGET_SPEC])
@@ -253,6 +253,12 @@ class TranslationModule(tf.Module):
         token_log_probs = tf.gather(log_probs, target_out, batch_dims=2)  # (B, T)
         weights = tf.cast(tf.not_equal(target_out, PAD_ID), tf.float32)
         return {"log_probability": tf.reduce_sum(token_log_probs * weights, axis=1)}
+
+    @tf.function(input_signature=[SOURCE_IDS_SPEC])
+    def _best(self, source_ids):
+        """`_search` for the best hypothesis, one function that `translate` and `translate_ids` call:
+        the SavedModel holds the search's graph once for both, and an export traces it once."""
+        return self._search(source_ids)
 
     # --- building blocks, also usable eagerly ---
 

@@ -241,7 +241,6 @@ def test_a_mode_keras_does_not_know_is_keras_error():
     assert {weight.dtype for weight in model.weights} == {"float32"}
 
 
-
 def test_quantizing_collects_the_heap_once_and_leaves_the_collector_as_it_found_it():
     """Keras runs a full collection for every float kernel it removes; `Transformer.quantize`
     (and `MultiHeadAttention.quantize` alone) freezes the objects that existed before, so

@@ -80,7 +80,7 @@ class ServingModule(tf.Module):
         The functions, not their concrete functions: `tf.saved_model.save` then traces each
         inside its save context, where it also lists the module's functions. A concrete
         function traced before the save is keyed outside that context, and the save would
-        trace every search a second time.
+        trace every function a second time.
         """
         return {name: getattr(self.translator, method) for name, method in SIGNATURES.items()}
 

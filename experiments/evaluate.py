@@ -35,7 +35,7 @@ flags.DEFINE_string(
     "saved_model", None, "Or an exported SavedModel: a version directory, or a model root (its highest version)."
 )
 cli.define_corpus_flags(split="test")
-cli.define_checkpoint_flags()
+cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags()
 flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split.")
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
@@ -51,7 +51,9 @@ def main(argv):
     del argv
     if bool(FLAGS.model_dir) == bool(FLAGS.saved_model):
         raise app.UsageError("Give exactly one of --model_dir and --saved_model.")
-    model_flags = ("method", "beam_size", "length_penalty", "max_output_offset", "checkpoint", "average_last")
+    model_flags = (
+        "method", "beam_size", "length_penalty", "max_output_offset", "checkpoint", "average_last", "ensemble"
+    )
     given = [f"--{name}" for name in model_flags if FLAGS[name].present]
     if FLAGS.saved_model and given:
         raise app.UsageError(f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}.")
@@ -72,6 +74,7 @@ def main(argv):
             **options.kwargs(),
             checkpoint=FLAGS.checkpoint,
             average_last=FLAGS.average_last,
+            ensemble=FLAGS.ensemble,
             batch_size=FLAGS.batch_size,
             lowercase=FLAGS.lowercase,
             tokenize=tokenize,
@@ -109,7 +112,7 @@ def evaluate_parsing(options, files):
     pairs = load_pairs("ptb", FLAGS.split, data_dir=FLAGS.data_dir, files=files)[: FLAGS.max_sentences]
     result = evaluate_parsing_run(
         FLAGS.model_dir, pairs, options.method, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
-        batch_size=FLAGS.batch_size, output=FLAGS.output,
+        ensemble=FLAGS.ensemble, batch_size=FLAGS.batch_size, output=FLAGS.output,
         params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(), **options.kwargs(),
     )
     if FLAGS.gold_output:

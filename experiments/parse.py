@@ -24,10 +24,10 @@ from absl import app, flags
 from keras_transformer import cli, fs
 from keras_transformer.decoding import Parser, decode_lines
 from keras_transformer.decoding.parser import check_not_blank
-from keras_transformer.runs import load_run, read_run_config
+from keras_transformer.runs import load_ensemble, read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory trained with --dataset=ptb.", required=True)
-cli.define_checkpoint_flags()
+cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags(batch_size=32)
 flags.DEFINE_string("input", None, "Tokenized sentences, one a line (default: stdin).")
 flags.DEFINE_string("output", None, "Trees, one a line (default: stdout).")
@@ -50,7 +50,8 @@ def main(argv):
     if FLAGS.method == "sample":
         raise app.UsageError("--method must be greedy or beam for parsing")
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
-    model, tokenizer, _ = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
+    model, tokenizer, _ = load_ensemble([FLAGS.model_dir, *FLAGS.ensemble], checkpoint=FLAGS.checkpoint,
+                                        average_last=FLAGS.average_last)
     parser = Parser(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
     parser.check(lines, name=name)
 

@@ -23,10 +23,10 @@ from absl import app, flags
 
 from keras_transformer import cli, fs
 from keras_transformer.decoding import Translator, decode_lines, translate_lines
-from keras_transformer.runs import load_run, read_run_config
+from keras_transformer.runs import load_ensemble, read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
-cli.define_checkpoint_flags()
+cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags()
 cli.define_sampling_flags()
 flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
@@ -50,9 +50,12 @@ def read_lines(path):
 
 def main(argv):
     del argv
+    if FLAGS.ensemble and FLAGS.plot_attention:
+        raise app.UsageError("--plot_attention draws one model's attention: drop --ensemble")
     (lines, replaced), name = read_lines(FLAGS.input)  # before the model: a bad --input fails at once
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
-    model, tokenizer, _ = load_run(FLAGS.model_dir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last)
+    model, tokenizer, _ = load_ensemble([FLAGS.model_dir, *FLAGS.ensemble], checkpoint=FLAGS.checkpoint,
+                                        average_last=FLAGS.average_last)
     translator = Translator(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
     warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
     limit = translator.max_source_length

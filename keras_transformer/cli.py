@@ -63,10 +63,16 @@ def define_multi30k_flags():
     flags.DEFINE_string("tgt_lang", "de", "Target language.")
 
 
-def define_checkpoint_flags():
-    """`--checkpoint` and `--average_last`: which weights of a run directory to load."""
+def define_checkpoint_flags(ensemble=False):
+    """`--checkpoint` and `--average_last`: which weights of a run directory to load; with
+    `ensemble`, `--ensemble`: more runs that search with it (`runs.load_ensemble`)."""
     flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")
     flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
+    if ensemble:
+        flags.DEFINE_list(
+            "ensemble", [], "More run directories, trained with --model_dir's tokenizer: the search averages their "
+            "next-token distributions with --model_dir's at every step (their latest checkpoints, or --average_last)."
+        )
 
 
 def define_search_flags(batch_size=64, method=True, flag_values=flags.FLAGS):

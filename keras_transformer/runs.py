@@ -273,3 +273,40 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
     if quantization is not None:
         model.quantize(quantization)
     return model, Tokenizer(tokenizer_path(model_dir)), config
+
+
+def load_ensemble(model_dirs, checkpoint=None, average_last=None, dtype=None, quantization=None):
+    """The models of several runs, searching as one (`decoding.Ensemble`), and their tokenizer.
+
+    Args:
+        model_dirs: run directories trained with one tokenizer (the same `spm.model`: copy
+            the first run's into each new `--model_dir` before training it).
+        checkpoint: a checkpoint prefix of the first run (default: its latest); the other
+            runs load their latest.
+        average_last, dtype, quantization: as `load_run`, for every run.
+
+    Returns:
+        `(ensemble, tokenizer, config)`: the first run's tokenizer and config. With one
+        directory, `load_run`'s model itself.
+
+    Raises:
+        ValueError naming the run whose tokenizer differs from the first run's.
+    """
+    from keras_transformer.decoding.ensemble import Ensemble
+
+    model_dirs = list(model_dirs)
+    if not model_dirs:
+        raise ValueError("load_ensemble needs at least one run directory")
+    model, tokenizer, config = load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
+    if len(model_dirs) == 1:
+        return model, tokenizer, config
+    pieces = fs.read_bytes(tokenizer_path(model_dirs[0]))
+    models = [model]
+    for model_dir in model_dirs[1:]:
+        if fs.exists(tokenizer_path(model_dir)) and fs.read_bytes(tokenizer_path(model_dir)) != pieces:
+            raise ValueError(
+                f"{tokenizer_path(model_dir)} is not the tokenizer of {model_dirs[0]}: the runs of an ensemble "
+                "share one (copy it into a run's directory before training it)"
+            )
+        models.append(load_run(model_dir, None, average_last, dtype, quantization)[0])
+    return Ensemble(models), tokenizer, config

@@ -21,6 +21,7 @@ from keras_transformer.decoding import (
     EOS_ID,
     PAD_ID,
     CachedStep,
+    EnsembleStep,
     beam_search,
     greedy_search,
     length_penalty,
@@ -285,3 +286,35 @@ def test_finished_hypotheses_are_never_extended():
         assert PAD_ID not in tokens[:end] and BOS_ID not in tokens[:end]
         expected = sequence_log_prob(table, tokens[:end]) / ((5 + end) / 6) ** 0.6
         np.testing.assert_allclose(score, expected, rtol=1e-5)
+
+
+def table_ensemble(tables):
+    """The step of an ensemble of table models."""
+    return EnsembleStep([CachedStep(TrigramTableModel(table)) for table in tables])
+
+
+# The mean of trigram tables is a trigram table: an ensemble of table models searches it.
+@pytest.mark.parametrize("seeds", [(8, 9), (10, 11, 12)])
+def test_an_ensemble_returns_the_exhaustive_n_best_of_its_mean_distribution(seeds):
+    tables = [random_table(seed) for seed in seeds]
+    mean = np.mean(tables, axis=0)
+    alpha = 0.6
+    expected = exhaustive(mean, 6, alpha)[:5]
+    token_ids, scores = beam_search(
+        table_ensemble(tables), [[A, EOS_ID]], beam_size=1024, length_penalty=alpha, max_output_offset=4,
+        num_return=5,
+    )
+    assert [unpad(row) for row in token_ids[0].numpy()] == [tokens for _, tokens in expected]
+    np.testing.assert_allclose(scores[0].numpy(), [score for score, _ in expected], rtol=1e-5)
+
+
+def test_an_ensemble_searches_a_batch_as_the_model_of_its_mean_distribution():
+    # Sentences of different lengths finish at different steps and leave the batch.
+    tables = [random_table(seed) for seed in (13, 14)]
+    mean = TrigramTableModel(np.mean(tables, axis=0))
+    source = [[A, B, C, EOS_ID], [A, EOS_ID, 0, 0], [C, C, EOS_ID, 0]]
+    for search, options in ((beam_search, dict(beam_size=4, num_return=4)), (greedy_search, {})):
+        found = search(table_ensemble(tables), source, max_output_offset=5, **options)
+        expected = search(mean, source, max_output_offset=5, **options)
+        np.testing.assert_array_equal(found[0], expected[0])
+        np.testing.assert_allclose(found[1], expected[1], rtol=1e-5)

@@ -193,6 +193,22 @@ def test_evaluate_run_scores_and_writes_hypotheses(trained_run, beam_translator,
     assert result.scores == score_corpus(expected, result.references, tokenize="char")
 
 
+def test_evaluate_run_with_an_ensemble_searches_with_both_models(trained_run, run_model, beam_translator):
+    """`ensemble=`: the run's checkpoint of step 60 (`checkpoint=`) with its latest (step 120)."""
+    from keras_transformer.decoding import Ensemble
+    from keras_transformer.training import load_run
+
+    early = str(trained_run / "checkpoints" / "ckpt-60")
+    result = evaluate_run(trained_run, split="test", max_sentences=12, batch_size=5, checkpoint=early,
+                          ensemble=[trained_run])
+    assert result.settings["ensemble"] == str(trained_run)
+    model, tokenizer, _ = load_run(trained_run, checkpoint=early)
+    both = Translator(Ensemble([model, run_model[0]]), tokenizer, "beam", beam_size=4, length_penalty=0.6)
+    assert result.hypotheses == [both.translate_batch([source])[0][0] for source in result.sources]
+    alone = [beam_translator.translate_batch([source])[0][0] for source in result.sources]  # step 120 alone
+    assert result.hypotheses != alone
+
+
 def test_translator_output_ids_and_scores(run_model):
     model, tokenizer, _ = run_model
     translator = Translator(model, tokenizer, "greedy", batch_size=2)

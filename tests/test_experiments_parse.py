@@ -1,6 +1,8 @@
 """Smoke tests of the parsing scripts: train.py --dataset=ptb --preset=ptb_wsj on the sample
 arranged in WSJ section folders, parse.py, evaluate.py --dataset=ptb and evalb.py."""
 
+import re
+
 import pytest
 
 from keras_transformer.data.treebank import load_ptb_pairs
@@ -46,6 +48,30 @@ def test_parse_script(ptb_run, sections, tmp_path):
     trees = [parse_tree(line) for line in (tmp_path / "out.txt").read_text().splitlines()]
     assert [tree.words() for tree in trees] == [s.split() for s in sentences]
     assert "parsed 3/3 sentences" in result.stderr
+
+
+def test_parse_script_with_an_ensemble(ptb_word_run, sections, tmp_path):
+    """`--ensemble`: the run with itself averages two equal distributions, so its trees are the
+    run's own (as `Parser` gives them in this process)."""
+    from keras_transformer.decoding import Parser
+    from keras_transformer.runs import load_run
+
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
+    (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
+    run_script("parse.py", f"--model_dir={ptb_word_run}", f"--ensemble={ptb_word_run}",
+               f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}", "--beam_size=2",
+               "--max_output_offset=10")
+    model, tokenizer, config = load_run(ptb_word_run)
+    parser = Parser(model, tokenizer, "beam", beam_size=2, length_penalty=config.length_penalty, max_output_offset=10)
+    assert (tmp_path / "out.txt").read_text().splitlines() == parser(sentences)
+
+
+def test_an_ensemble_of_runs_with_different_tokenizers_fails_naming_the_file(ptb_run, ptb_word_run):
+    from keras_transformer.runs import load_ensemble, tokenizer_path
+
+    message = f"{tokenizer_path(ptb_word_run)} is not the tokenizer of {ptb_run}: "
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        load_ensemble([ptb_run, ptb_word_run])
 
 
 def test_parse_script_rejects_a_blank_line(ptb_run, tmp_path):

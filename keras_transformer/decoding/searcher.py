@@ -11,7 +11,7 @@ from keras_transformer.backends import require_tensorflow
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.greedy import greedy_search, sample
 from keras_transformer.decoding.options import check_method
-from keras_transformer.decoding.steps import CachedStep, RecomputeStep
+from keras_transformer.decoding.steps import make_step
 
 METHODS = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
 
@@ -28,7 +28,7 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
     one static output buffer, and pad sources to a few fixed widths to limit recompiles.
 
     Args:
-        model: a `Transformer` (or an object with its interface).
+        model: a `Transformer` (or an object with its interface), or a `decoding.Ensemble`.
         method: "greedy", "beam" or "sample".
         use_cache: the cached decoder step (True) or full recomputation every step (False).
         jit_compile: compile with XLA.
@@ -59,7 +59,7 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
     except TypeError as error:
         raise ValueError(f"Invalid options for method={method!r}: {error}. Received: {sorted(options)}") from None
     # Under XLA the recompute baseline decodes the whole buffer every step (static shapes).
-    step = CachedStep(model) if use_cache else RecomputeStep(model, prefix_only=not jit_compile)
+    step = make_step(model, use_cache, prefix_only=not jit_compile)
 
     @tf.function(input_signature=[SOURCE_SPEC], jit_compile=jit_compile)
     def search_fn(source_ids):

@@ -283,8 +283,11 @@ class RecomputeStep:
         return state if sentences is None else _gather_rows(state, indices)
 
 
-def make_step(model, use_cache=True):
-    """`CachedStep(model)` or `RecomputeStep(model)`; a step object passes through unchanged."""
+def make_step(model, use_cache=True, prefix_only=None):
+    """`CachedStep(model)` or `RecomputeStep(model, prefix_only)`; a step object passes through
+    unchanged, and a model that makes its own steps (`decoding.Ensemble`) makes them."""
     if hasattr(model, "initialize") and hasattr(model, "step") and hasattr(model, "reorder"):
         return model
-    return CachedStep(model) if use_cache else RecomputeStep(model)
+    if hasattr(model, "make_step"):
+        return model.make_step(use_cache, prefix_only)
+    return CachedStep(model) if use_cache else RecomputeStep(model, prefix_only)

@@ -95,6 +95,7 @@ def evaluate_run(
     max_output_offset=None,
     checkpoint=None,
     average_last=None,
+    ensemble=(),
     batch_size=64,
     max_sentences=None,
     lowercase=False,
@@ -114,6 +115,8 @@ def evaluate_run(
             run config's values (paper: beam 4, alpha 0.6, input length + 50).
         checkpoint: a checkpoint prefix (default: the latest).
         average_last: average the last this many checkpoints instead.
+        ensemble: more run directories trained with `model_dir`'s tokenizer, which
+            search with it as one (`runs.load_ensemble`; `average_last` applies to each).
         batch_size: sentences decoded together (grouped by length).
         max_sentences: evaluate only the first this many pairs.
         lowercase, tokenize: sacreBLEU options; `tokenize=None` is `default_tokenize(dataset)`
@@ -135,7 +138,7 @@ def evaluate_run(
     >>> len(result.hypotheses), result.settings["method"], result.settings["beam_size"]
     (100, 'beam', 4)
     """
-    model, tokenizer, config = runs.load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
+    model, tokenizer, config = runs.load_ensemble([model_dir, *ensemble], checkpoint, average_last)
     options = SearchOptions.from_config(
         config,
         method,
@@ -151,6 +154,8 @@ def evaluate_run(
     translator = Translator(model, tokenizer, method, batch_size=batch_size, **options)
     tokenize = tokenize or default_tokenize(dataset)
     settings = {"model_dir": str(model_dir), "dataset": dataset, "split": split, "method": method, **options}
+    if ensemble:
+        settings["ensemble"] = ",".join(map(str, ensemble))
     return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
 
 

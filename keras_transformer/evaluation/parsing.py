@@ -47,11 +47,13 @@ def evaluate_parser(parse, pairs, params=EvalbParams(), output=None, settings=No
 
 
 def evaluate_parsing_run(model_dir, pairs, method="beam", checkpoint=None, average_last=None, batch_size=64,
-                         output=None, params=EvalbParams(), **options):
-    """`evaluate_parser` with the `Parser` of a run directory (search settings as `Parser`'s)."""
+                         output=None, params=EvalbParams(), ensemble=(), **options):
+    """`evaluate_parser` with the `Parser` of a run directory (search settings as `Parser`'s),
+    or of an ensemble of it and the runs `ensemble` (`runs.load_ensemble`)."""
     from keras_transformer.decoding.parser import Parser
-    from keras_transformer.runs import load_run
+    from keras_transformer.runs import load_ensemble
 
-    model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
+    model, tokenizer, _ = load_ensemble([model_dir, *ensemble], checkpoint, average_last)
     parser = Parser(model, tokenizer, method, batch_size=batch_size, **options)
-    return evaluate_parser(parser, pairs, params, output, settings={"method": method, **options})
+    settings = {"method": method, **options, **({"ensemble": ",".join(map(str, ensemble))} if ensemble else {})}
+    return evaluate_parser(parser, pairs, params, output, settings=settings)

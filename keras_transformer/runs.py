@@ -260,8 +260,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
         checkpoint.
     """
     config, _ = read_run_config(model_dir)
-    if not fs.exists(tokenizer_path(model_dir)):
-        raise FileNotFoundError(f"No tokenizer at {tokenizer_path(model_dir)}")
+    path = _existing_tokenizer_path(model_dir)
     model = Transformer(config, dtype=dtype)
     if average_last:
         average_checkpoints(model, checkpoint_paths(checkpoint_dir(model_dir), average_last))
@@ -272,7 +271,14 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
         read_model_weights(model, checkpoint)
     if quantization is not None:
         model.quantize(quantization)
-    return model, Tokenizer(tokenizer_path(model_dir)), config
+    return model, Tokenizer(path), config
+
+
+def _existing_tokenizer_path(model_dir):
+    path = tokenizer_path(model_dir)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"No tokenizer at {path}")
+    return path
 
 
 def load_ensemble(model_dirs, checkpoint=None, average_last=None, dtype=None, quantization=None):
@@ -290,23 +296,24 @@ def load_ensemble(model_dirs, checkpoint=None, average_last=None, dtype=None, qu
         directory, `load_run`'s model itself.
 
     Raises:
-        ValueError naming the run whose tokenizer differs from the first run's.
+        ValueError naming the run whose tokenizer differs from the first run's, before any
+        model is loaded.
     """
     from keras_transformer.decoding.ensemble import Ensemble
 
     model_dirs = list(model_dirs)
     if not model_dirs:
         raise ValueError("load_ensemble needs at least one run directory")
-    model, tokenizer, config = load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
     if len(model_dirs) == 1:
-        return model, tokenizer, config
-    pieces = fs.read_bytes(tokenizer_path(model_dirs[0]))
-    models = [model]
+        return load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
+    pieces = fs.read_bytes(_existing_tokenizer_path(model_dirs[0]))
     for model_dir in model_dirs[1:]:
-        if fs.exists(tokenizer_path(model_dir)) and fs.read_bytes(tokenizer_path(model_dir)) != pieces:
+        path = _existing_tokenizer_path(model_dir)
+        if fs.read_bytes(path) != pieces:
             raise ValueError(
-                f"{tokenizer_path(model_dir)} is not the tokenizer of {model_dirs[0]}: the runs of an ensemble "
-                "share one (copy it into a run's directory before training it)"
+                f"{path} is not the tokenizer of {model_dirs[0]}: the runs of an ensemble share one (copy it into "
+                "a run's directory before training it)"
             )
-        models.append(load_run(model_dir, None, average_last, dtype, quantization)[0])
-    return Ensemble(models), tokenizer, config
+    model, tokenizer, config = load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
+    others = [load_run(model_dir, None, average_last, dtype, quantization)[0] for model_dir in model_dirs[1:]]
+    return Ensemble([model, *others]), tokenizer, config

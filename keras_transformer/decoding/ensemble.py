@@ -46,8 +46,6 @@ class EnsembleStep:
             logits, member = step.step(member, target_ids, index)
             log_probs.append(ops.log_softmax(logits, axis=-1))
             states.append(member)
-        if len(log_probs) == 1:
-            return log_probs[0], tuple(states)
         mean = ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))
         return mean, tuple(states)
 

@@ -135,6 +135,19 @@ def test_cpu_peak_formula_on_known_inputs():
     assert "CPU flags: avx avx2 fma\n" in cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).describe() + "\n"
 
 
+def test_cpu_peak_of_bfloat16_is_the_amx_unit_where_the_cpu_has_one():
+    amx = _cpuinfo(2).replace("avx512_bf16", "avx512_bf16 avx512_fp16 amx_tile amx_bf16")
+    peak = cpu_peak("bfloat16", cpuinfo=amx, usable_cpus=[0, 2])
+    assert peak.flops_per_second == 2 * 1024 * 2.0e9
+    assert peak.formula == "2 cores x 1024 FLOP/cycle (AMX) x 2.000 GHz"
+    assert "AMX: amx_bf16" in peak.describe() and "FMA units" not in peak.describe()
+    # float32 stays on the vector units; float16 has no AMX unit without amx_fp16
+    assert cpu_peak("float32", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second == 2 * 2 * 16 * 2 * 2e9
+    assert cpu_peak("float16", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second == 2 * 2 * 32 * 2 * 2e9
+    assert cpu_peak("float16", cpuinfo=amx.replace("amx_bf16", "amx_bf16 amx_fp16"),
+                    usable_cpus=[0, 2]).flops_per_second == 2 * 1024 * 2e9
+
+
 def test_cpu_peak_of_this_machine_names_its_inputs():
     peak = cpu_peak("float32")
     text = peak.describe()

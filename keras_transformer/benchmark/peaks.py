@@ -3,7 +3,10 @@
 CPU: cores x FMA units x SIMD lanes x 2 x clock, each input read from this machine where it
 can be (`/proc/cpuinfo`, the CPUs this process may run on, `cpufreq`) and named with its
 source. The number of FMA pipes per core is not exposed by the machine; it is an argument
-(default 2: Intel cores since Haswell, AMD since Zen 2). AMX tile units are not modelled.
+(default 2: Intel cores since Haswell, AMD since Zen 2). Where the CPU has an AMX tile unit
+for the dtype (`amx_bf16`, `amx_fp16`), its matrix products are the peak instead: cores x
+`AMX_FLOPS_PER_CYCLE` x clock. oneDNN, under TensorFlow's and PyTorch's CPU matmuls, runs
+bfloat16 products there when it can.
 
 GPU: NVIDIA's published dense (no sparsity) peaks, `GPU_PEAKS`. float32 under TensorFlow
 runs matmuls as TF32 on these GPUs unless TF32 execution is turned off, so a float32 policy
@@ -25,6 +28,15 @@ GPU_PEAKS = (
     (r"\bL4\b", "L4", {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}),
 )
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
+AMX_FLOPS_PER_CYCLE = 1024
+"""FLOP per cycle per core of an AMX tile unit for bfloat16 (`amx_bf16`) or float16 (`amx_fp16`).
+
+One TDPBF16PS (TDPFP16PS) multiplies a 16 x 32 tile by a 32 x 16 tile: 16 x 16 x 32 = 8,192
+multiply-adds, 16,384 FLOP, and the unit takes one every 16 cycles (Intel's figure for 4th
+generation Xeon Scalable: 1,024 bfloat16 operations per cycle per core).
+"""
+AMX_FLAGS = {"bfloat16": "amx_bf16", "float16": "amx_fp16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +94,7 @@ def simd_lanes(flags, compute_dtype):
 
 
 ARITHMETIC_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-                    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+                    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
 """The `/proc/cpuinfo` flags that decide how fast matrix arithmetic can run, in this order."""
 
 
@@ -171,10 +183,15 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
         max_frequency_khz = max(float(p["cpu MHz"]) for p in processors) * 1000
         sources.append("clock: 'cpu MHz' in /proc/cpuinfo (the current clock; no cpufreq maximum exposed)")
     clock_hz = max_frequency_khz * 1000
+    device = f"{processors[0].get('model name', 'CPU')} (CPU)"
+    amx_flag = AMX_FLAGS.get(compute_dtype)
+    if amx_flag in flags:
+        sources[1:3] = [f"AMX: {amx_flag} in /proc/cpuinfo flags, {AMX_FLOPS_PER_CYCLE} {compute_dtype} FLOP per cycle per core"]
+        formula = f"{cores} cores x {AMX_FLOPS_PER_CYCLE} FLOP/cycle (AMX) x {clock_hz / 1e9:.3f} GHz"
+        return Peak(cores * AMX_FLOPS_PER_CYCLE * clock_hz, device, compute_dtype, formula, tuple(sources))
     formula = (
         f"{cores} cores x {fma_units} FMA units x {lanes} {compute_dtype} lanes x 2 x {clock_hz / 1e9:.3f} GHz"
     )
-    device = f"{processors[0].get('model name', 'CPU')} (CPU)"
     return Peak(cpu_peak_flops(cores, fma_units, lanes, clock_hz), device, compute_dtype, formula, tuple(sources))
 
 

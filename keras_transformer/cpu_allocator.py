@@ -11,7 +11,10 @@ stays at the step's peak.
 
 TensorFlow reads the variable once, when it creates its CPU device (at its first op), so it must be
 set before that; importing TensorFlow is not too early. A user's own choice of the variable is
-kept: `TF_CPU_ALLOCATOR_USE_BFC=false` selects `malloc` again.
+kept: `TF_CPU_ALLOCATOR_USE_BFC=false` selects `malloc` again. On CPUs where TensorFlow turns its
+oneDNN ops on by default (those with AVX512_VNNI, AVX512_BF16 or AMX), the CPU device takes
+oneDNN's allocator, which pools too, whatever the variable says (`TF_ENABLE_ONEDNN_OPTS=0` turns
+that off); `describe()` reports what the device has.
 """
 
 import os

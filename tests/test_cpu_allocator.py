@@ -28,8 +28,8 @@ def described(setting, **environment):
 
 
 def test_pooled_unless_the_environment_says_otherwise():
-    assert described(None) == "pooled (TF_CPU_ALLOCATOR_USE_BFC=true)"
     # Where TensorFlow turns its oneDNN ops on by default (CPUs with AVX512_VNNI, AVX512_BF16 or
     # AMX), the CPU device takes oneDNN's allocator, which pools whatever the variable says; with
-    # them off, the variable alone decides.
+    # them off, on every CPU, the variable alone decides.
+    assert described(None, TF_ENABLE_ONEDNN_OPTS="0") == "pooled (TF_CPU_ALLOCATOR_USE_BFC=true)"
     assert described("false", TF_ENABLE_ONEDNN_OPTS="0") == "malloc (TF_CPU_ALLOCATOR_USE_BFC=false)"

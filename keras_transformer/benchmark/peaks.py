@@ -165,10 +165,18 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
     cores = len({(p.get("physical id"), p.get("core id", p.get("processor"))) for p in processors})
     flags = processors[0].get("flags", "").split()
     lanes, bits, note = simd_lanes(flags, compute_dtype)
+    amx_flag = AMX_FLAGS.get(compute_dtype)
+    amx = amx_flag in flags
+    if amx:
+        units = [f"AMX: {amx_flag} in /proc/cpuinfo flags, {AMX_FLOPS_PER_CYCLE} {compute_dtype} FLOP/cycle per core"]
+    else:
+        units = [
+            f"SIMD: {bits}-bit vectors ({_vector_flag(flags)} in /proc/cpuinfo flags)" + (f", {note}" if note else ""),
+            f"FMA units per core: {fma_units} (assumed; not exposed by the machine)",
+        ]
     sources = [
         f"cores: {cores} (distinct physical cores of the {len(processors)} logical CPUs this process may use)",
-        f"SIMD: {bits}-bit vectors ({_vector_flag(flags)} in /proc/cpuinfo flags)" + (f", {note}" if note else ""),
-        f"FMA units per core: {fma_units} (assumed; not exposed by the machine)",
+        *units,
         f"CPU flags: {cpu_flags(cpuinfo)}",
     ]
     cpu = processors[0].get("processor", "0")
@@ -184,9 +192,7 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
         sources.append("clock: 'cpu MHz' in /proc/cpuinfo (the current clock; no cpufreq maximum exposed)")
     clock_hz = max_frequency_khz * 1000
     device = f"{processors[0].get('model name', 'CPU')} (CPU)"
-    amx_flag = AMX_FLAGS.get(compute_dtype)
-    if amx_flag in flags:
-        sources[1:3] = [f"AMX: {amx_flag} in /proc/cpuinfo flags, {AMX_FLOPS_PER_CYCLE} {compute_dtype} FLOP per cycle per core"]
+    if amx:
         formula = f"{cores} cores x {AMX_FLOPS_PER_CYCLE} FLOP/cycle (AMX) x {clock_hz / 1e9:.3f} GHz"
         return Peak(cores * AMX_FLOPS_PER_CYCLE * clock_hz, device, compute_dtype, formula, tuple(sources))
     formula = (

@@ -8,6 +8,14 @@ Decodes greedily by default (cheap, and enough to follow progress). Writes BLEU 
 as TensorBoard scalars to `<run>/logs/checkpoints`, stamped with each checkpoint's save
 time, so TensorBoard and `--plot` show validation BLEU against step and wall-clock time.
 Train with `--keep_checkpoints` large enough to keep the checkpoints you want scored.
+
+With `--average_last` and `--ensemble`, each step is scored as `evaluate.py` would have
+scored the runs had they stopped there: each run's last N checkpoints up to the step,
+averaged, the runs searching as one (the scores go to the first run's logs):
+
+    python experiments/score_checkpoints.py --model_dir=runs/a --ensemble=runs/b \
+        --dataset=multi30k --data_dir=../shared/data/multi30k --split=val --every=2 \
+        --average_last=5 --method=beam --beam_size=5 --length_penalty=1.5
 """
 
 import os
@@ -26,6 +34,7 @@ cli.define_corpus_flags(split="val")
 cli.define_search_flags()
 flags.FLAGS.set_default("method", "greedy")
 flags.DEFINE_integer("every", 1, "Score every this-many-th checkpoint (the latest always).")
+cli.define_checkpoint_flags(ensemble=True, every_checkpoint=True)
 cli.define_scoring_flags()
 flags.DEFINE_string("plot", None, "Also write the run's training curves (with the BLEU panel) to this PNG.")
 
@@ -46,12 +55,16 @@ def main(argv):
         lowercase=FLAGS.lowercase,
         tokenize=FLAGS.tokenize or default_tokenize(FLAGS.dataset),
         every=FLAGS.every,
+        average_last=FLAGS.average_last,
+        ensemble=FLAGS.ensemble,
         **options.kwargs(),
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
     start = results[0].wall_time
-    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search")
+    scored = " + ".join([FLAGS.model_dir, *FLAGS.ensemble])
+    averaged = f", each the average of its last {FLAGS.average_last} checkpoints" if FLAGS.average_last else ""
+    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search: {scored}{averaged}")
     print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")
     for r in results:
         print(f"{r.step:>7d} {(r.wall_time - start) / 60:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")

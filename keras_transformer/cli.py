@@ -63,15 +63,21 @@ def define_multi30k_flags():
     flags.DEFINE_string("tgt_lang", "de", "Target language.")
 
 
-def define_checkpoint_flags(ensemble=False):
+def define_checkpoint_flags(ensemble=False, every_checkpoint=False):
     """`--checkpoint` and `--average_last`: which weights of a run directory to load; with
-    `ensemble`, `--ensemble`: more runs that search with it (`runs.load_ensemble`)."""
-    flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")
-    flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
+    `ensemble`, `--ensemble`: more runs that search with it (`runs.load_ensemble`). With
+    `every_checkpoint` (a script that scores each checkpoint in turn), no `--checkpoint`, and
+    the other two apply at each checkpoint's step (`evaluation.score_checkpoints`)."""
+    if every_checkpoint:
+        flags.DEFINE_integer("average_last", None, "At each step, average the last this many checkpoints up to it.")
+    else:
+        flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")
+        flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
     if ensemble:
+        which = "their checkpoints up to each step" if every_checkpoint else "their latest checkpoints"
         flags.DEFINE_list(
             "ensemble", [], "More run directories, trained with --model_dir's tokenizer: the search averages their "
-            "next-token distributions with --model_dir's at every step (their latest checkpoints, or --average_last)."
+            f"next-token distributions with --model_dir's at every step ({which}, or --average_last)."
         )
 
 

@@ -143,23 +143,28 @@ def checkpoint_step(path):
         raise ValueError(f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')") from None
 
 
-def checkpoint_paths(directory, last=None):
+def checkpoint_paths(directory, last=None, until_step=None):
     """Paths of the complete checkpoints in `directory`, oldest first (the last `last`).
 
     Args:
         directory: a checkpoint directory (`checkpoint_dir(run)`).
         last: keep only the newest this many.
+        until_step: only the checkpoints of this step and earlier (the run as it was then).
 
     Raises:
-        ValueError: there is no checkpoint, or fewer than `last` (naming both numbers).
+        ValueError: there is no checkpoint (up to `until_step`), or fewer than `last`
+            (naming both numbers).
     """
     state = checkpoint_state(directory)
-    if state is None or not state.all_model_checkpoint_paths:
-        raise ValueError(f"No checkpoints in {directory}")
-    paths = list(state.all_model_checkpoint_paths)
+    paths = list(state.all_model_checkpoint_paths) if state is not None else []
+    if until_step is not None:
+        paths = [path for path in paths if checkpoint_step(path) <= until_step]
+    upto = "" if until_step is None else f" up to step {until_step}"
+    if not paths:
+        raise ValueError(f"No checkpoints in {directory}{upto}")
     if last and last > len(paths):
         raise ValueError(
-            f"Asked for the last {last} checkpoints, but {directory} holds {len(paths)}. "
+            f"Asked for the last {last} checkpoints, but {directory} holds {len(paths)}{upto}. "
             f"Average fewer, or train with --keep_checkpoints >= {last}."
         )
     return paths[-last:] if last else paths

@@ -209,6 +209,38 @@ def test_evaluate_run_with_an_ensemble_searches_with_both_models(trained_run, ru
     assert result.hypotheses != alone
 
 
+def test_score_checkpoints_scores_each_step_as_evaluate_run_would_have_then(trained_run, tmp_path):
+    """`score_checkpoints` with `ensemble=` and `average_last=`: each step's score is `evaluate_run`'s on
+    the runs as they were at that step. The second run is `trained_run` cut back to its step-60 checkpoint,
+    so at step 120 the pair is (120, 60), and (60, 60) at step 60."""
+    from keras_transformer.data.sources import load_pairs
+    from keras_transformer.evaluation import score_checkpoints
+
+    other = tmp_path / "other"
+    shutil.copytree(trained_run, other)
+    early = str(other / "checkpoints" / "ckpt-60")
+    tf.compat.v1.train.update_checkpoint_state(str(other / "checkpoints"), early, [early])
+    pairs = load_pairs("builtin", "test")[:12]
+    search = dict(method="beam", beam_size=4, length_penalty=0.6, tokenize="char")
+    results = score_checkpoints(trained_run, pairs, ensemble=[other], **search)
+    assert [result.step for result in results] == [60, 120]
+    for result in results:
+        expected = evaluate_run(trained_run, pairs=pairs, checkpoint=result.path, ensemble=[other], **search)
+        assert result.scores == expected.scores
+    alone = evaluate_run(trained_run, pairs=pairs, **search)  # step 120 without the other run
+    assert results[1].scores.chrf != alone.scores.chrf
+    # Averaged: only step 120 has two checkpoints up to it.
+    (averaged,) = score_checkpoints(trained_run, pairs, average_last=2, ensemble=[trained_run], **search)
+    expected = evaluate_run(trained_run, pairs=pairs, average_last=2, ensemble=[trained_run], **search)
+    assert averaged.step == 120 and averaged.scores == expected.scores
+    assert averaged.scores.chrf != alone.scores.chrf
+    with pytest.raises(ValueError, match=rf"holds 1 up to step 120.*--keep_checkpoints >= 2") as error:
+        score_checkpoints(trained_run, pairs, average_last=2, ensemble=[other], **search)
+    assert str(other / "checkpoints") in str(error.value)
+    with pytest.raises(ValueError, match="holds 2 checkpoints, fewer than average_last=3"):
+        score_checkpoints(trained_run, pairs, average_last=3, **search)
+
+
 def test_translator_output_ids_and_scores(run_model):
     model, tokenizer, _ = run_model
     translator = Translator(model, tokenizer, "greedy", batch_size=2)

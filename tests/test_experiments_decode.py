@@ -91,3 +91,23 @@ def test_score_checkpoints_writes_bleu_at_checkpoint_times(trained_run, tmp_path
         ).scores.bleu
         assert bleu == pytest.approx(expected, abs=1e-4) and float(row[2]) == pytest.approx(expected, abs=0.006)
     assert matplotlib.image.imread(plot).shape[:2] == (700, 1700)
+
+
+def test_score_checkpoints_script_averages_and_ensembles_at_each_step(trained_run, tmp_path):
+    """`--average_last=2 --ensemble=...`: only step 120 has two checkpoints up to it; its BLEU is
+    `evaluate_run`'s with the same settings (the library call is tested in test_evaluation.py)."""
+    from keras_transformer.evaluation import evaluate_run
+    from keras_transformer.visualization import read_scalars
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    stdout = run_script(
+        "score_checkpoints.py", f"--model_dir={run}", f"--ensemble={trained_run}", "--average_last=2",
+        "--split=test", "--max_sentences=8",
+    ).stdout
+    assert f"greedy search: {run} + {trained_run}, each the average of its last 2 checkpoints" in stdout
+    rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["60"], ["120"])]
+    assert [row[0] for row in rows] == ["120"]
+    expected = evaluate_run(run, split="test", max_sentences=8, method="greedy", average_last=2,
+                            ensemble=[trained_run]).scores.bleu
+    assert read_scalars(run / "logs" / "checkpoints")["bleu"].values.tolist() == pytest.approx([expected], abs=1e-4)

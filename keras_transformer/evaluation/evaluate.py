@@ -210,6 +210,8 @@ def score_checkpoints(
     lowercase=False,
     tokenize="13a",
     every=1,
+    average_last=None,
+    ensemble=(),
     **search_options,
 ):
     """Translate `pairs` with every kept checkpoint of a run and score each with sacreBLEU.
@@ -218,6 +220,12 @@ def score_checkpoints(
     into them in turn. Wall times are the save times the checkpoint manager recorded, so
     scores can be plotted against training time (see `write_scalar_events`).
 
+    With `average_last` and `ensemble`, each point is what `evaluate_run` would score had
+    the runs stopped at that step: every run's last `average_last` checkpoints up to the
+    step, averaged, and the runs searching as one (`runs.load_ensemble`). Steps with fewer
+    than `average_last` checkpoints before them are left out; the wall time of a point is
+    the latest save time among the checkpoints it reads.
+
     Args:
         model_dir: a run directory.
         pairs: `(source, reference)` pairs, e.g. the validation split.
@@ -225,24 +233,48 @@ def score_checkpoints(
         batch_size: sentences decoded together.
         lowercase, tokenize: sacreBLEU options.
         every: score only every this-many-th checkpoint (the latest is always scored).
+        average_last: at each step, average the run's last this many checkpoints up to it.
+        ensemble: more run directories (the same tokenizer) that search with it, each at
+            its own checkpoints up to the step.
         **search_options: further search settings (`beam_size`, `length_penalty`, ...);
             unset ones come from the run config.
 
     Returns:
-        a list of `CheckpointScore`, oldest first.
+        a list of `CheckpointScore`, oldest first (`path`: `model_dir`'s checkpoint).
+
+    Raises:
+        ValueError: a run of `ensemble` has no checkpoint (or fewer than `average_last`)
+            up to a scored step, naming the run and the step.
     """
+    run_dirs = [model_dir, *ensemble]
     paths = runs.checkpoint_paths(runs.checkpoint_dir(model_dir))
-    timestamps = runs.checkpoint_times(runs.checkpoint_dir(model_dir), paths)
-    chosen = [i for i in range(len(paths)) if i % every == (len(paths) - 1) % every]
-    model, tokenizer, config = runs.load_run(model_dir, checkpoint=paths[chosen[0]])
-    translator = Translator(model, tokenizer, method, batch_size=batch_size, **SearchOptions.from_config(config, method, **search_options).kwargs())
+    averaged = average_last or 1
+    chosen = [i for i in range(averaged - 1, len(paths)) if i % every == (len(paths) - 1) % every]
+    if not chosen:
+        raise ValueError(f"{runs.checkpoint_dir(model_dir)} holds {len(paths)} checkpoints, fewer than "
+                         f"average_last={average_last}")
+    model, tokenizer, config = runs.load_ensemble(run_dirs, checkpoint=paths[chosen[0]])
+    members = model.models if len(run_dirs) > 1 else (model,)
+    options = SearchOptions.from_config(config, method, **search_options).kwargs()
+    translator = Translator(model, tokenizer, method, batch_size=batch_size, **options)
     pairs = list(pairs)
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
+    saved = {}  # checkpoint prefix -> save time, of every run
+    for run_dir in run_dirs:
+        kept = runs.checkpoint_paths(runs.checkpoint_dir(run_dir))
+        saved.update(zip(kept, runs.checkpoint_times(runs.checkpoint_dir(run_dir), kept)))
     results = []
     for i in chosen:
-        runs.read_model_weights(model, paths[i])
+        step, newest = runs.checkpoint_step(paths[i]), []
+        for member, run_dir in zip(members, run_dirs):
+            read = runs.checkpoint_paths(runs.checkpoint_dir(run_dir), last=averaged, until_step=step)
+            if average_last:
+                runs.average_checkpoints(member, read)
+            else:
+                runs.read_model_weights(member, read[-1])
+            newest.append(saved[read[-1]])
         hypotheses, _ = translator(sources)
         scores = score_corpus(hypotheses, references, lowercase=lowercase, tokenize=tokenize)
-        results.append(CheckpointScore(runs.checkpoint_step(paths[i]), timestamps[i], paths[i], scores))
+        results.append(CheckpointScore(step, max(newest), paths[i], scores))
     return results

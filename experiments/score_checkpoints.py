@@ -4,10 +4,12 @@ r"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time c
         --dataset=multi30k --data_dir=../shared/data/multi30k --split=val \
         --plot=runs/multi30k_en_de/curves.png
 
-Decodes greedily by default (cheap, and enough to follow progress). Writes BLEU and chrF
-as TensorBoard scalars to `<run>/logs/checkpoints`, stamped with each checkpoint's save
-time, so TensorBoard and `--plot` show validation BLEU against step and wall-clock time.
-Train with `--keep_checkpoints` large enough to keep the checkpoints you want scored.
+Decodes greedily by default (cheap, and enough to follow progress) and prints each point's
+minutes since the run started (`--skip_pauses`: less the pauses between a stop and its
+resumption). Writes BLEU and chrF as TensorBoard scalars to `<run>/logs/checkpoints`,
+stamped with each checkpoint's save time, so TensorBoard and `--plot` show validation BLEU
+against step and wall-clock time. Train with `--keep_checkpoints` large enough to keep the
+checkpoints you want scored.
 
 With `--average_last` and `--ensemble`, each step is scored as `evaluate.py` would have
 scored the runs had they stopped there: each run's last N checkpoints up to the step,
@@ -27,7 +29,7 @@ from absl import flags
 from keras_transformer import cli, runs
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import default_tokenize, score_checkpoints
-from keras_transformer.visualization import plot_training_curves, write_scalar_events
+from keras_transformer.visualization import plot_training_curves, run_pauses, without_pauses, write_scalar_events
 
 flags.DEFINE_string("model_dir", None, "Run directory whose checkpoints to score.", required=True)
 cli.define_corpus_flags(split="val")
@@ -37,6 +39,8 @@ flags.DEFINE_integer("every", 1, "Score every this-many-th checkpoint (the lates
 cli.define_checkpoint_flags(ensemble=True, every_checkpoint=True)
 cli.define_scoring_flags()
 flags.DEFINE_string("plot", None, "Also write the run's training curves (with the BLEU panel) to this PNG.")
+flags.DEFINE_bool("skip_pauses", False, "Minutes, printed and plotted, leave out the time between a stop of the run "
+                  "and its resumption (training time).")
 
 FLAGS = flags.FLAGS
 
@@ -61,17 +65,20 @@ def main(argv):
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
-    start = results[0].wall_time
+    pauses = run_pauses(FLAGS.model_dir) if FLAGS.skip_pauses else []
+    starts = runs.read_starts(FLAGS.model_dir)
+    start = starts[0]["time"] if starts else results[0].wall_time  # the run's start, else the first point
+    minutes = (without_pauses([r.wall_time for r in results], pauses) - start) / 60
     scored = " + ".join([FLAGS.model_dir, *FLAGS.ensemble])
     averaged = f", each the average of its last {FLAGS.average_last} checkpoints" if FLAGS.average_last else ""
     print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search: {scored}{averaged}")
-    print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")
-    for r in results:
-        print(f"{r.step:>7d} {(r.wall_time - start) / 60:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")
+    print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}" + ("  (minutes: pauses left out)" if pauses else ""))
+    for r, minute in zip(results, minutes):
+        print(f"{r.step:>7d} {minute:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")
     print(results[-1].scores.bleu_signature)
     print(f"TensorBoard scalars: {events}")
     if FLAGS.plot:
-        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot)}")
+        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses)}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from keras_transformer.visualization import (
     plot_training_curves,
     read_run_scalars,
     read_scalars,
+    run_pauses,
+    without_pauses,
     write_scalar_events,
 )
 
@@ -112,6 +114,26 @@ def test_training_curves_from_the_run_logs(trained_run, tmp_path):
     assert image_size(path) == (300, 600)
     with pytest.raises(FileNotFoundError, match="No TensorBoard logs"):
         plot_training_curves(tmp_path, tmp_path / "none.png")
+
+
+def test_run_pauses_leave_out_the_time_between_a_stop_and_its_resumption(tmp_path):
+    """A run started at 1000 s, stopped after its event at 1130 s, resumed at 5000 s, stopped after
+    5060 s and resumed at 9000 s: pauses of 3,870 s and 3,940 s, which training time leaves out."""
+    from keras_transformer import runs
+
+    run = tmp_path / "run"
+    for step, time in ((0, 1000.0), (120, 5000.0), (180, 9000.0)):
+        runs.record_start(run, {"step": step, "time": time})
+    write_scalar_events(run / "logs" / "train", [(60, 1060.0, {"loss": 3.0}), (120, 1120.0, {"loss": 2.5}),
+                                                 (180, 5060.0, {"loss": 2.4}), (240, 9100.0, {"loss": 2.3})])
+    write_scalar_events(run / "logs" / "validation", [(120, 1130.0, {"loss": 2.9})])
+    pauses = run_pauses(run)
+    assert pauses == [(5000.0, 3870.0), (9000.0, 3940.0)]
+    np.testing.assert_allclose(without_pauses([1060.0, 1130.0, 5060.0, 9100.0], pauses),
+                               [1060.0, 1130.0, 1190.0, 1290.0])
+    assert run_pauses(run, read_run_scalars(run)) == pauses
+    path = plot_training_curves(run, tmp_path / "curves.png", dpi=60, figsize=(10, 5), skip_pauses=True)
+    assert image_size(path) == (300, 600)
 
 
 def test_read_scalars_merges_event_files(tmp_path):

@@ -24,6 +24,8 @@ from keras_transformer.visualization.curves import (
     plot_training_curves,
     read_run_scalars,
     read_scalars,
+    run_pauses,
+    without_pauses,
     write_scalar_events,
 )
 
@@ -38,5 +40,7 @@ __all__ = [
     "plot_training_curves",
     "read_run_scalars",
     "read_scalars",
+    "run_pauses",
+    "without_pauses",
     "write_scalar_events",
 ]

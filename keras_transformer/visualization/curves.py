@@ -120,6 +120,40 @@ def read_run_scalars(model_dir):
     return {name: read_scalars(fs.join(logs, name)) for name in runs.LOG_NAMES}
 
 
+def run_pauses(model_dir, scalars=None):
+    """The pauses of a resumed run: `[(resumed_at, seconds)]`, one per resumption.
+
+    A pause runs from the last event the run's logs hold before a start (`runs.read_starts`)
+    to that start: the time the run stood still, and the time it ran on after its last
+    logged event before it stopped or crashed. Starts before any logged event (the first)
+    add none.
+
+    Args:
+        model_dir: a run directory.
+        scalars: its `read_run_scalars`, if already read.
+
+    Example:
+
+    >>> run_pauses("runs/builtin_tiny")  # trained in one go
+    []
+    """
+    scalars = read_run_scalars(model_dir) if scalars is None else scalars
+    times = np.sort(np.concatenate([np.zeros(0)] + [series.wall_times for logs in scalars.values()
+                                                    for series in logs.values()]))
+    pauses = []
+    for start in runs.read_starts(model_dir):
+        before = times[times < start["time"]]
+        if len(before):
+            pauses.append((start["time"], start["time"] - before[-1]))
+    return pauses
+
+
+def without_pauses(wall_times, pauses):
+    """`wall_times` (seconds since the epoch) less every pause of `pauses` (`run_pauses`) that began before them."""
+    wall_times = np.asarray(wall_times, dtype=np.float64)
+    return wall_times - sum(((wall_times >= resumed_at) * seconds for resumed_at, seconds in pauses), 0.0)
+
+
 PANELS = (
     ("loss", ((runs.TRAIN_LOG, "loss", "training loss"), (runs.VALIDATION_LOG, "loss", "validation loss")),
      "loss (label-smoothed)"),
@@ -131,14 +165,14 @@ PANELS = (
 """The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
 
 
-def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0)):
+def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0), skip_pauses=False):
     """Plot loss, validation loss, learning rate, validation BLEU and throughput against step and wall time.
 
     The top row has the training step on the x axis, the bottom row the wall-clock time
     since the first logged event (minutes). Wall time includes validation and checkpoint
-    pauses, and the idle time between an interrupted run and its resumption. The BLEU
-    panel shows the scores `experiments/score_checkpoints.py` wrote to `logs/checkpoints`
-    (at the times the checkpoints were saved), or "not logged".
+    pauses, and the idle time between an interrupted run and its resumption (unless
+    `skip_pauses`). The BLEU panel shows the scores `experiments/score_checkpoints.py`
+    wrote to `logs/checkpoints` (at the times the checkpoints were saved), or "not logged".
 
     Args:
         model_dir: a run directory with `logs/train` and `logs/validation`.
@@ -146,6 +180,8 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
         title: the figure title (default: the run directory's name).
         dpi: resolution; the image is `figsize * dpi` pixels.
         figsize: figure size in inches.
+        skip_pauses: leave out the time between a stop and its resumption (`run_pauses`):
+            the bottom row is then training time.
 
     Returns:
         the written path.
@@ -165,18 +201,20 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
         raise ValueError(f"The TensorBoard logs of {model_dir} hold no scalars")
     starts = [series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)]
     start = min(starts)
+    pauses = run_pauses(model_dir, scalars) if skip_pauses else []
+    time_axis = "training time (minutes, pauses left out)" if skip_pauses else "wall time (minutes)"
 
     figure = Figure(figsize=figsize, dpi=dpi, layout="constrained")
     axes = figure.subplots(2, len(PANELS), squeeze=False)
     for column, (panel_title, curves, y_label) in enumerate(PANELS):
-        for row, x_name in enumerate(("step", "wall time (minutes)")):
+        for row, x_name in enumerate(("step", time_axis)):
             ax = axes[row, column]
             plotted = False
             for log, tag, legend in curves:
                 series = scalars[log].get(tag)
                 if series is None or not len(series):
                     continue
-                x = series.steps if row == 0 else (series.wall_times - start) / 60.0
+                x = series.steps if row == 0 else (without_pauses(series.wall_times, pauses) - start) / 60.0
                 marker = "o" if log != "train" or len(series) < 20 else None
                 ax.plot(x, series.values, marker=marker, markersize=4, label=legend)
                 plotted = True
@@ -184,7 +222,7 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
                 ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
             ax.set_xlabel(x_name)
             ax.set_ylabel(y_label)
-            ax.set_title(f"{panel_title} vs {'step' if row == 0 else 'wall time'}", fontsize=10)
+            ax.set_title(f"{panel_title} vs {'step' if row == 0 else time_axis.split(' (')[0]}", fontsize=10)
             ax.grid(True, alpha=0.3)
             if plotted and len(curves) > 1:
                 ax.legend(fontsize=8)

@@ -144,7 +144,7 @@ def run_pauses(model_dir, scalars=None):
     for start in runs.read_starts(model_dir):
         before = times[times < start["time"]]
         if len(before):
-            pauses.append((start["time"], start["time"] - before[-1]))
+            pauses.append((start["time"], float(start["time"] - before[-1])))
     return pauses
 
 

@@ -237,7 +237,7 @@ def test_score_checkpoints_scores_each_step_as_evaluate_run_would_have_then(trai
     with pytest.raises(ValueError, match=rf"holds 1 up to step 120.*--keep_checkpoints >= 2") as error:
         score_checkpoints(trained_run, pairs, average_last=2, ensemble=[other], **search)
     assert str(other / "checkpoints") in str(error.value)
-    with pytest.raises(ValueError, match="holds 2 checkpoints, fewer than average_last=3"):
+    with pytest.raises(ValueError, match=r"last 3 checkpoints, but .* holds 2\. Average fewer"):
         score_checkpoints(trained_run, pairs, average_last=3, **search)
 
 

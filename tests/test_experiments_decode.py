@@ -95,19 +95,25 @@ def test_score_checkpoints_writes_bleu_at_checkpoint_times(trained_run, tmp_path
 
 def test_score_checkpoints_script_averages_and_ensembles_at_each_step(trained_run, tmp_path):
     """`--average_last=2 --ensemble=...`: only step 120 has two checkpoints up to it; its BLEU is
-    `evaluate_run`'s with the same settings (the library call is tested in test_evaluation.py)."""
+    `evaluate_run`'s with the same settings. The second run holds the step-60 weights under both of
+    its names, so it differs from the first (the library call is tested in test_evaluation.py)."""
     from keras_transformer.evaluation import evaluate_run
     from keras_transformer.visualization import read_scalars
 
-    run = tmp_path / "run"
+    run, other = tmp_path / "run", tmp_path / "other"
     shutil.copytree(trained_run, run)
+    shutil.copytree(trained_run, other)
+    for early in (other / "checkpoints").glob("ckpt-60.*"):
+        shutil.copyfile(early, early.with_name(early.name.replace("ckpt-60", "ckpt-120")))
     stdout = run_script(
-        "score_checkpoints.py", f"--model_dir={run}", f"--ensemble={trained_run}", "--average_last=2",
+        "score_checkpoints.py", f"--model_dir={run}", f"--ensemble={other}", "--average_last=2",
         "--split=test", "--max_sentences=8",
     ).stdout
-    assert f"greedy search: {run} + {trained_run}, each the average of its last 2 checkpoints" in stdout
+    assert f"greedy search: {run} + {other}, each the average of its last 2 checkpoints" in stdout
     rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["60"], ["120"])]
     assert [row[0] for row in rows] == ["120"]
     expected = evaluate_run(run, split="test", max_sentences=8, method="greedy", average_last=2,
-                            ensemble=[trained_run]).scores.bleu
+                            ensemble=[other]).scores.bleu
+    alone = evaluate_run(run, split="test", max_sentences=8, method="greedy", average_last=2).scores.bleu
+    assert expected != pytest.approx(alone, abs=1e-4)
     assert read_scalars(run / "logs" / "checkpoints")["bleu"].values.tolist() == pytest.approx([expected], abs=1e-4)

@@ -247,12 +247,10 @@ def score_checkpoints(
             up to a scored step, naming the run and the step.
     """
     run_dirs = [model_dir, *ensemble]
-    paths = runs.checkpoint_paths(runs.checkpoint_dir(model_dir))
     averaged = average_last or 1
+    runs.checkpoint_paths(runs.checkpoint_dir(model_dir), last=averaged)  # raises when there are fewer
+    paths = runs.checkpoint_paths(runs.checkpoint_dir(model_dir))
     chosen = [i for i in range(averaged - 1, len(paths)) if i % every == (len(paths) - 1) % every]
-    if not chosen:
-        raise ValueError(f"{runs.checkpoint_dir(model_dir)} holds {len(paths)} checkpoints, fewer than "
-                         f"average_last={average_last}")
     model, tokenizer, config = runs.load_ensemble(run_dirs, checkpoint=paths[chosen[0]])
     members = model.models if len(run_dirs) > 1 else (model,)
     options = SearchOptions.from_config(config, method, **search_options).kwargs()

@@ -5,8 +5,8 @@ r"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time c
         --plot=runs/multi30k_en_de/curves.png
 
 Decodes greedily by default (cheap, and enough to follow progress) and prints each point's
-minutes since the run started (`--skip_pauses`: less the pauses between a stop and its
-resumption). Writes BLEU and chrF as TensorBoard scalars to `<run>/logs/checkpoints`,
+minutes since the run began, the origin `--plot` draws from (`--skip_pauses`: less the pauses
+between a stop and its resumption). Writes BLEU and chrF as TensorBoard scalars to `<run>/logs/checkpoints`,
 stamped with each checkpoint's save time, so TensorBoard and `--plot` show validation BLEU
 against step and wall-clock time. Train with `--keep_checkpoints` large enough to keep the
 checkpoints you want scored.
@@ -29,7 +29,14 @@ from absl import flags
 from keras_transformer import cli, runs
 from keras_transformer.data.sources import load_pairs
 from keras_transformer.evaluation import default_tokenize, score_checkpoints
-from keras_transformer.visualization import plot_training_curves, run_pauses, without_pauses, write_scalar_events
+from keras_transformer.visualization import (
+    plot_training_curves,
+    read_run_scalars,
+    run_pauses,
+    run_start,
+    without_pauses,
+    write_scalar_events,
+)
 
 flags.DEFINE_string("model_dir", None, "Run directory whose checkpoints to score.", required=True)
 cli.define_corpus_flags(split="val")
@@ -65,10 +72,9 @@ def main(argv):
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
-    pauses = run_pauses(FLAGS.model_dir) if FLAGS.skip_pauses else []
-    starts = runs.read_starts(FLAGS.model_dir)
-    start = starts[0]["time"] if starts else results[0].wall_time  # the run's start, else the first point
-    minutes = (without_pauses([r.wall_time for r in results], pauses) - start) / 60
+    scalars = read_run_scalars(FLAGS.model_dir)
+    pauses = run_pauses(FLAGS.model_dir, scalars) if FLAGS.skip_pauses else []
+    minutes = (without_pauses([r.wall_time for r in results], pauses) - run_start(FLAGS.model_dir, scalars)) / 60
     scored = " + ".join([FLAGS.model_dir, *FLAGS.ensemble])
     averaged = f", each the average of its last {FLAGS.average_last} checkpoints" if FLAGS.average_last else ""
     print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search: {scored}{averaged}")
@@ -78,7 +84,7 @@ def main(argv):
     print(results[-1].scores.bleu_signature)
     print(f"TensorBoard scalars: {events}")
     if FLAGS.plot:
-        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses)}")
+        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses, scalars=scalars)}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from keras_transformer.visualization import (
     read_run_scalars,
     read_scalars,
     run_pauses,
+    run_start,
     without_pauses,
     write_scalar_events,
 )
@@ -132,8 +133,18 @@ def test_run_pauses_leave_out_the_time_between_a_stop_and_its_resumption(tmp_pat
     np.testing.assert_allclose(without_pauses([1060.0, 1130.0, 5060.0, 9100.0], pauses),
                                [1060.0, 1130.0, 1190.0, 1290.0])
     assert run_pauses(run, read_run_scalars(run)) == pauses
+    assert run_start(run) == 1000.0  # the first start, not the first event (1060 s)
     path = plot_training_curves(run, tmp_path / "curves.png", dpi=60, figsize=(10, 5), skip_pauses=True)
     assert image_size(path) == (300, 600)
+
+
+def test_a_run_without_recorded_starts_begins_at_its_first_logged_event(tmp_path):
+    run = tmp_path / "run"
+    write_scalar_events(run / "logs" / "train", [(60, 1060.0, {"loss": 3.0}), (120, 1120.0, {"loss": 2.5})])
+    write_scalar_events(run / "logs" / "validation", [(60, 1050.0, {"loss": 2.9})])
+    assert run_start(run) == 1050.0
+    with pytest.raises(ValueError, match="records no start"):
+        run_start(tmp_path / "empty", scalars={"train": {}})
 
 
 def test_read_scalars_merges_event_files(tmp_path):

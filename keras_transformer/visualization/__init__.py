@@ -25,6 +25,7 @@ from keras_transformer.visualization.curves import (
     read_run_scalars,
     read_scalars,
     run_pauses,
+    run_start,
     without_pauses,
     write_scalar_events,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "read_run_scalars",
     "read_scalars",
     "run_pauses",
+    "run_start",
     "without_pauses",
     "write_scalar_events",
 ]

@@ -148,6 +148,31 @@ def run_pauses(model_dir, scalars=None):
     return pauses
 
 
+def run_start(model_dir, scalars=None):
+    """When the run began (seconds since the epoch): its first start, else its first logged event.
+
+    The origin of the minutes that `plot_training_curves` draws and `score_checkpoints.py`
+    prints, so the two agree. A run's first start (`runs.read_starts`) precedes its first
+    logged event by the start-up (the tokenizer, tracing); runs written before starts were
+    recorded fall back to the first event.
+
+    Args:
+        model_dir: a run directory.
+        scalars: its `read_run_scalars`, if already read.
+
+    Raises:
+        ValueError: no start recorded and the logs hold no scalars.
+    """
+    starts = runs.read_starts(model_dir)
+    if starts:
+        return float(starts[0]["time"])
+    scalars = read_run_scalars(model_dir) if scalars is None else scalars
+    firsts = [series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)]
+    if not firsts:
+        raise ValueError(f"{model_dir} records no start, and its TensorBoard logs hold no scalars")
+    return float(min(firsts))
+
+
 def without_pauses(wall_times, pauses):
     """`wall_times` (seconds since the epoch) less every pause of `pauses` (`run_pauses`) that began before them."""
     wall_times = np.asarray(wall_times, dtype=np.float64)
@@ -165,11 +190,11 @@ PANELS = (
 """The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
 
 
-def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0), skip_pauses=False):
+def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0), skip_pauses=False, scalars=None):
     """Plot loss, validation loss, learning rate, validation BLEU and throughput against step and wall time.
 
     The top row has the training step on the x axis, the bottom row the wall-clock time
-    since the first logged event (minutes). Wall time includes validation and checkpoint
+    since the run began (minutes, `run_start`). Wall time includes validation and checkpoint
     pauses, and the idle time between an interrupted run and its resumption (unless
     `skip_pauses`). The BLEU panel shows the scores `experiments/score_checkpoints.py`
     wrote to `logs/checkpoints` (at the times the checkpoints were saved), or "not logged".
@@ -182,6 +207,7 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
         figsize: figure size in inches.
         skip_pauses: leave out the time between a stop and its resumption (`run_pauses`):
             the bottom row is then training time.
+        scalars: the run's `read_run_scalars`, if already read.
 
     Returns:
         the written path.
@@ -196,11 +222,10 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
     """
     from matplotlib.figure import Figure
 
-    scalars = read_run_scalars(model_dir)
+    scalars = read_run_scalars(model_dir) if scalars is None else scalars
     if not any(scalars.values()):
         raise ValueError(f"The TensorBoard logs of {model_dir} hold no scalars")
-    starts = [series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)]
-    start = min(starts)
+    start = run_start(model_dir, scalars)
     pauses = run_pauses(model_dir, scalars) if skip_pauses else []
     time_axis = "training time (minutes, pauses left out)" if skip_pauses else "wall time (minutes)"
 

@@ -5,10 +5,10 @@ r"""Score every kept checkpoint of a run on a corpus split, for BLEU-over-time c
         --plot=runs/multi30k_en_de/curves.png
 
 Decodes greedily by default (cheap, and enough to follow progress) and prints each point's
-minutes since the run began, the origin `--plot` draws from (`--skip_pauses`: less the pauses
-between a stop and its resumption). Writes BLEU and chrF as TensorBoard scalars to `<run>/logs/checkpoints`,
-stamped with each checkpoint's save time, so TensorBoard and `--plot` show validation BLEU
-against step and wall-clock time. Train with `--keep_checkpoints` large enough to keep the
+minutes since the run began, the origin `--plot` draws from (`--skip_pauses`: less the
+pauses between a stop and its resumption). Writes BLEU and chrF as TensorBoard scalars to
+`<run>/logs/checkpoints`, stamped with each checkpoint's save time, so TensorBoard and
+`--plot` show validation BLEU against step and wall-clock time. Train with `--keep_checkpoints` large enough to keep the
 checkpoints you want scored.
 
 With `--average_last` and `--ensemble`, each step is scored as `evaluate.py` would have
@@ -84,7 +84,8 @@ def main(argv):
     print(results[-1].scores.bleu_signature)
     print(f"TensorBoard scalars: {events}")
     if FLAGS.plot:
-        print(f"Curves: {plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses, scalars=scalars)}")
+        path = plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses, scalars=scalars)
+        print(f"Curves: {path}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ Decodes greedily by default (cheap, and enough to follow progress) and prints ea
 minutes since the run began, the origin `--plot` draws from (`--skip_pauses`: less the
 pauses between a stop and its resumption). Writes BLEU and chrF as TensorBoard scalars to
 `<run>/logs/checkpoints`, stamped with each checkpoint's save time, so TensorBoard and
-`--plot` show validation BLEU against step and wall-clock time. Train with `--keep_checkpoints` large enough to keep the
-checkpoints you want scored.
+`--plot` show validation BLEU against step and wall-clock time. Train with
+`--keep_checkpoints` large enough to keep the checkpoints you want scored.
 
 With `--average_last` and `--ensemble`, each step is scored as `evaluate.py` would have
 scored the runs had they stopped there: each run's last N checkpoints up to the step,
@@ -72,7 +72,7 @@ def main(argv):
     )
     records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
-    scalars = read_run_scalars(FLAGS.model_dir)
+    scalars = read_run_scalars(FLAGS.model_dir) if FLAGS.skip_pauses or FLAGS.plot else None  # read once, if at all
     pauses = run_pauses(FLAGS.model_dir, scalars) if FLAGS.skip_pauses else []
     minutes = (without_pauses([r.wall_time for r in results], pauses) - run_start(FLAGS.model_dir, scalars)) / 60
     scored = " + ".join([FLAGS.model_dir, *FLAGS.ensemble])

@@ -34,6 +34,7 @@ from keras_transformer import layers  # noqa: E402
 from keras_transformer.layers import (  # noqa: E402
     DecoderBlock,
     EncoderBlock,
+    LayerNormalization,
     MultiHeadAttention,
     PositionalEncoding,
     PositionEmbedding,
@@ -51,6 +52,7 @@ __all__ = [
     "PRESETS",
     "DecoderBlock",
     "EncoderBlock",
+    "LayerNormalization",
     "MultiHeadAttention",
     "PositionEmbedding",
     "PositionalEncoding",

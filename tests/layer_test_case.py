@@ -26,6 +26,7 @@ import numpy as np
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
+    LayerNormalization,
     MultiHeadAttention,
     PositionalEncoding,
     PositionEmbedding,
@@ -136,6 +137,13 @@ LAYER_CASES = {
         1,
         call_kwargs=dict(reverse=True),
         expected_output_dtype="float32",
+    ),
+    "layer_normalization": LayerCase(
+        LayerNormalization,
+        dict(epsilon=1e-6),
+        lambda rng: random_floats(rng, B, T, D),
+        (B, T, D),
+        2,
     ),
     "positionwise_feed_forward": LayerCase(
         PositionwiseFeedForward,

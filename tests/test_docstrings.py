@@ -50,6 +50,7 @@ def test_every_layer_is_public_and_listed():
         "PositionwiseFeedForward",
         "EncoderBlock",
         "DecoderBlock",
+        "LayerNormalization",
         "Transformer",
     }
     for name in names:

@@ -6,6 +6,7 @@ from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.checks import check_positive_int, check_rate
 from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.normalization import LayerNormalization
 
 
 def residual_sublayer(inputs, sublayer, layer_norm, dropout, normalize_first, training):
@@ -90,7 +91,7 @@ class TransformerBlock(keras.layers.Layer):
         self.supports_masking = True
         for name in self.SUBLAYERS:
             setattr(self, name, self._make_sublayer(name))
-            norm = keras.layers.LayerNormalization(
+            norm = LayerNormalization(
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_layer_norm"
             )
             setattr(self, f"{name}_layer_norm", norm)

@@ -17,6 +17,7 @@ from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding, WordIndex
 from keras_transformer.models.config import TransformerConfig, get_preset
 
@@ -112,7 +113,7 @@ class Transformer(keras.Model):
         final_norms = {}
         if config.normalize_first:
             for side in ("encoder", "decoder"):
-                final_norms[side] = keras.layers.LayerNormalization(
+                final_norms[side] = LayerNormalization(
                     epsilon=config.layer_norm_epsilon, dtype=policy, name=f"{side}_final_layer_norm"
                 )
         output_projection = None

@@ -19,6 +19,8 @@ Shape letters: N positions (all leading axes), D the normalized width.
 import keras
 from keras import ops
 
+from keras_transformer.layers.tracing import gradient_scope
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LayerNormalization(keras.layers.LayerNormalization):
@@ -63,11 +65,16 @@ def layer_norm(inputs, gamma, beta, epsilon):
         inverse = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)  # (..., 1)
         normalized = centered * inverse  # x̂
         outputs = ops.cast(normalized * gamma + beta, dtype)
+        scope = gradient_scope()
 
         def gradient(*args, upstream=None):
             # TensorFlow and JAX pass the upstream gradient as the one argument; PyTorch passes
             # the function's inputs as arguments and it as `upstream` (as in `training.loss`).
-            upstream = ops.cast(args[0] if upstream is None else upstream, "float32")
+            with scope():
+                return normalize_gradient(args[0] if upstream is None else upstream)
+
+        def normalize_gradient(upstream):
+            upstream = ops.cast(upstream, "float32")
             width = normalized.shape[-1]
             rows = ops.reshape(upstream, (-1, width))  # (N, D)
             scaled = rows * ops.reshape(normalized, (-1, width))  # dy * x̂

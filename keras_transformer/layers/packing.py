@@ -25,6 +25,8 @@ Shape letters: B batch, T length, N real positions, D width.
 import keras
 from keras import ops
 
+from keras_transformer.layers.tracing import gradient_scope, in_xla_context
+
 
 def real_positions(mask):
     """int32 `(N,)`: the flat indices `b * T + t` of the True entries of a bool `(B, T)` mask, in order.
@@ -43,19 +45,9 @@ def packed_positions(mask):
     there every position, `0 .. B * T - 1`, so that the compiled shapes do not depend on
     the data (the padding's rows are computed, and attention still masks them as keys).
     """
-    if _in_xla_context():
+    if in_xla_context():
         return ops.arange(ops.shape(mask)[0] * ops.shape(mask)[1], dtype="int32")
     return real_positions(mask)
-
-
-def _in_xla_context():
-    """Whether TensorFlow is tracing a function for XLA (`tf.function(jit_compile=True)`)."""
-    if keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util  # no public API says this
-
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def packing(mask):
@@ -71,8 +63,11 @@ def pack(sequence, packing):
 
     @ops.custom_gradient
     def pack_rows(rows):
+        scope = gradient_scope()
+
         def gradient(*args, upstream=None):  # PyTorch passes the upstream gradient by keyword
-            return _rows_at(args[0] if upstream is None else upstream, _slots(positions, ops.shape(rows)[0]))
+            with scope():
+                return _rows_at(args[0] if upstream is None else upstream, _slots(positions, ops.shape(rows)[0]))
 
         return ops.take(rows, positions, axis=0), gradient
 
@@ -94,8 +89,11 @@ def unpack(rows, packing):
 
     @ops.custom_gradient
     def unpack_rows(rows):
+        scope = gradient_scope()
+
         def gradient(*args, upstream=None):
-            return ops.take(args[0] if upstream is None else upstream, positions, axis=0)
+            with scope():
+                return ops.take(args[0] if upstream is None else upstream, positions, axis=0)
 
         return _rows_at(rows, slots), gradient
 

@@ -5,11 +5,16 @@ r"""Training throughput against a keras-hub peer, measured in the same run, as o
 Rows (every ratio compares two measurements taken in this run, on this machine). The peer
 is the same-size model built from keras_hub.layers.TransformerEncoder/TransformerDecoder
 under the same dtype policy (--precision) and with our dropout placement
-(`benchmark.keras_hub_transformer`); both train with the same step function.
+(`benchmark.keras_hub_transformer`); both train with the same step function: the same
+label-smoothed loss and optimizer on each model's training output
+(`training.loss.labels_and_logits`): ours gives the logits of the real target positions
+only (`Transformer.real_target_logits`), the peer, as keras-hub builds it, the (B, T, V) logits.
   a. training step throughput, ours vs the peer, identical padded batches;
   b1. real target tokens/s, ours vs the peer, both on our length-bucketed batches;
   b1'. the same batches, the two models taking turns on every batch (each batch's fastest
       of --rounds; the peer's time over ours is also printed per batch shape);
+  b1''. b1' with the peer's logits and loss on the real target positions too
+      (`benchmark.peers.PeerTargetRows`): the same training output on both sides;
   b2. real target tokens/s, our model on our bucketed batches vs the same model on
       fixed-length padding (every batch padded to --max_length): the bucketing gain;
   b3. the same batches, our model skipping the padding (`--skip_padding`, the default)

@@ -65,6 +65,35 @@ def test_peer_drops_out_where_ours_does(attention_dropout):
         assert others == [0.1] * (2 + 2 * 2 + 3 * 3)  # embedding sums, 2 per encoder block, 3 per decoder block
 
 
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_peer_target_rows_give_the_peers_loss_and_gradients(normalize_first):
+    """The peer of row b1'' (`PeerTargetRows`): on the peer's weights, the real target positions'
+    logits, the loss and every gradient of the peer's full `(B, T, V)` logits."""
+    import tensorflow as tf
+
+    from keras_transformer.benchmark.peers import PeerTargetRows
+    from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
+
+    config = get_preset("tiny", dropout=0.0, normalize_first=normalize_first, **PEER_CONFIG)
+    peer = keras_hub_transformer(config)
+    inputs = {"source_ids": np.array([[5, 6, 7, 3], [8, 9, 3, 0]]), "target_ids": np.array([[1, 5, 6], [1, 7, 0]])}
+    labels = np.array([[5, 6, 2], [7, 2, 0]])
+    results = []
+    for model in (peer, PeerTargetRows(peer, config)):
+        with tf.GradientTape() as tape:
+            targets, logits = labels_and_logits(model, inputs, labels, training=True)
+            loss_sum, tokens = label_smoothed_nll(targets, logits)
+        results.append((np.asarray(logits), float(loss_sum), float(tokens),
+                        tape.gradient(loss_sum, model.trainable_variables)))
+    (full, full_loss, full_tokens, full_grads), (rows, rows_loss, rows_tokens, rows_grads) = results
+    assert rows.shape == (5, config.vocabulary_size)
+    np.testing.assert_allclose(rows, full[labels != 0], rtol=0, atol=1e-5)
+    assert abs(rows_loss - full_loss) <= 1e-5 and rows_tokens == full_tokens == 5
+    for theirs, ours in zip(full_grads, rows_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(tf.convert_to_tensor(ours)), np.asarray(tf.convert_to_tensor(theirs)),
+                                   rtol=0, atol=1e-5)
+
+
 def test_peer_refuses_what_it_cannot_express():
     with pytest.raises(ValueError, match="activation_dropout=0.1"):
         keras_hub_transformer(get_preset("tiny", activation_dropout=0.1, **PEER_CONFIG))
@@ -190,7 +219,7 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
                 "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    for name in ("a. train steps/s", "b1. ", "b1'. ", "b2. ", "b3. ", "c1. ", "c2. "):  # printed as measured, then in the table
+    for name in ("a. train steps/s", "b1. ", "b1'. ", "b1''. ", "b2. ", "b3. ", "c1. ", "c2. "):  # printed as measured, then in the table
         assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
 

@@ -171,7 +171,8 @@ LABELS = np.array([[14, 15, 16, 17, 2], [18, 19, 20, 2, 0]], "int32")
 def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
     """`skip_padding` (the default): on the same weights, the logits at every real position,
     the loss and every gradient equal those of the model computing on the padded batch
-    (eagerly, and compiled with XLA, where the packing carries every position)."""
+    (eagerly, and compiled with XLA, where the packing carries every position); and so do
+    the training output's (`real_target_logits`: the real positions' logits, in order)."""
     from keras_transformer.layers import packing
     from keras_transformer.training.loss import label_smoothed_nll
 
@@ -187,10 +188,14 @@ def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
     labels = np.concatenate([LABELS, np.zeros((2, 1), "int32")], axis=1)
     real = labels != 0
 
-    def forward_and_backward(model):
+    def forward_and_backward(model, rows=False):
         def step(source, target, labels):
+            inputs = {"source_ids": source, "target_ids": target}
             with tf.GradientTape() as tape:
-                logits = model({"source_ids": source, "target_ids": target}, training=True)
+                if rows:
+                    labels, logits = model.real_target_logits(inputs, labels, training=True)
+                else:
+                    logits = model(inputs, training=True)
                 loss_sum, _ = label_smoothed_nll(labels, logits)
             return logits, loss_sum, tape.gradient(loss_sum, model.trainable_variables)
 
@@ -199,14 +204,44 @@ def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
         logits, loss_sum, grads = step(source, target, labels)
         return as_numpy(logits), float(loss_sum), grads
 
-    packed_logits, packed_loss, packed_grads = forward_and_backward(packed)
     padded_logits, padded_loss, padded_grads = forward_and_backward(padded)
-    np.testing.assert_allclose(packed_logits[real], padded_logits[real], rtol=0, atol=ATOL)
-    assert abs(packed_loss - padded_loss) <= ATOL
-    assert len(packed_grads) == len(padded_grads)
-    for variable, ours, theirs in zip(packed.trainable_variables, packed_grads, padded_grads):
-        np.testing.assert_allclose(as_numpy(tf.convert_to_tensor(ours)), as_numpy(tf.convert_to_tensor(theirs)),
-                                   rtol=0, atol=ATOL, err_msg=variable.path)
+    for rows in (False, True):
+        logits, loss, grads = forward_and_backward(packed, rows)
+        if rows:  # the real positions' rows, in order; under XLA every position's
+            assert logits.shape == (real.size if jit_compile else real.sum(), VOCAB)
+            at_real = logits[real.ravel()] if jit_compile else logits
+        else:
+            at_real = logits[real]
+        np.testing.assert_allclose(at_real, padded_logits[real], rtol=0, atol=ATOL)
+        assert abs(loss - padded_loss) <= ATOL
+        assert len(grads) == len(padded_grads)
+        for variable, ours, theirs in zip(packed.trainable_variables, grads, padded_grads):
+            np.testing.assert_allclose(as_numpy(tf.convert_to_tensor(ours)), as_numpy(tf.convert_to_tensor(theirs)),
+                                       rtol=0, atol=ATOL, err_msg=f"rows={rows}: {variable.path}")
+
+
+def test_training_output_draws_the_forward_passs_dropout_and_refuses_labels_past_the_target():
+    """`real_target_logits` with dropout: the same masks as `model(inputs)` draws (two models
+    built from one seed give the same loss both ways, unlike without dropout); labels with a
+    token where `target_ids` is padding are refused, naming the contract."""
+    from keras_transformer.training.loss import label_smoothed_nll
+
+    models = []
+    for _ in range(2):
+        keras.utils.set_random_seed(3)
+        models.append(Transformer(tiny_config(dropout=0.3)))
+    inputs = {"source_ids": SOURCE, "target_ids": TARGET}
+    full_loss, tokens = label_smoothed_nll(LABELS, models[0](inputs, training=True))
+    labels, logits = models[1].real_target_logits(inputs, LABELS, training=True)
+    rows_loss, rows_tokens = label_smoothed_nll(labels, logits)
+    no_dropout, _ = label_smoothed_nll(LABELS, models[0](inputs, training=False))
+    assert float(rows_tokens) == float(tokens) == (LABELS != 0).sum()
+    assert abs(float(rows_loss) - float(full_loss)) <= ATOL
+    assert abs(float(rows_loss) - float(no_dropout)) > 1e-2
+    past_the_target = LABELS.copy()
+    past_the_target[1, 4] = 7
+    with pytest.raises(tf.errors.InvalidArgumentError, match="labels hold real tokens where target_ids is padding"):
+        models[1].real_target_logits(inputs, past_the_target)
 
 
 def test_under_xla_a_packing_carries_every_position():

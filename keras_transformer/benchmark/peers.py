@@ -105,6 +105,39 @@ def keras_hub_transformer(config, dtype=None):
     return keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer")
 
 
+class PeerTargetRows:
+    """The keras-hub peer with our training output (`Transformer.real_target_logits`): its
+    decoder's output gathered at the target's real positions before its output projection,
+    so that its logits and loss skip the target's padding as ours do (row b1'').
+
+    Same weights as `peer`; `real_target_logits` and `trainable_variables` are all that
+    `training.loss.labels_and_logits` and `benchmark.timing.make_train_step` use.
+
+    Args:
+        peer: a model from `keras_hub_transformer(config)`.
+        config: its `TransformerConfig`.
+    """
+
+    def __init__(self, peer, config):
+        last = "decoder_final_layer_norm" if config.normalize_first else f"decoder_{config.num_decoder_layers - 1}"
+        self.decoder_output = keras.Model(peer.input, peer.get_layer(last).output, name="keras_hub_decoder_output")
+        self.embedding = peer.get_layer("token_embedding")
+        self.trainable_variables = peer.trainable_variables
+
+    def real_target_logits(self, inputs, labels, training=None):
+        """`(labels (N,), logits (N, V))` on the real target positions (every position under XLA,
+        as ours: `layers.packing.packed_positions`)."""
+        from keras import ops
+
+        from keras_transformer.layers import packing
+
+        hidden = self.decoder_output(inputs, training=training)  # (B, T, D)
+        positions = packing.packed_positions(ops.not_equal(inputs["target_ids"], 0))
+        rows = ops.take(ops.reshape(hidden, (-1, hidden.shape[-1])), positions, axis=0)  # (N, D)
+        logits = ops.cast(self.embedding(rows, reverse=True), "float32")
+        return ops.take(ops.reshape(labels, (-1,)), positions, axis=0), logits
+
+
 def keras_hub_beam_search(model, source_ids, beam_size, max_output_offset):
     """keras-hub's generation driving our model: `keras_hub.samplers.BeamSampler` over
     `model.decode_step` with the preallocated key/value cache, on any backend.

@@ -15,7 +15,7 @@ from keras_transformer.benchmark.batches import padded_batches, real_lengths
 from keras_transformer.benchmark.decoding import benchmark_decoding
 from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
 from keras_transformer.benchmark.peaks import hardware_peak
-from keras_transformer.benchmark.peers import keras_hub_transformer
+from keras_transformer.benchmark.peers import PeerTargetRows, keras_hub_transformer
 from keras_transformer.benchmark.report import format_row, format_table
 from keras_transformer.benchmark.timing import (
     compare_steps,
@@ -91,6 +91,13 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     measured(Row("b1'. the same, alternating per batch", bucketed_tokens / sum(ours_batch_seconds),
                  bucketed_tokens / sum(peer_batch_seconds), sum(peer_batch_seconds) / sum(ours_batch_seconds), 1.25))
     log(format_batch_ratios(bucketed, ours_batch_seconds, peer_batch_seconds))
+
+    # b1''. b1' with the peer's loss on the real target positions too (`PeerTargetRows`): the same
+    # training output on both sides, not keras-hub's own
+    peer_rows_step = make_train_step(PeerTargetRows(peer, config), config, jit_compile)
+    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(ours_step, peer_rows_step, bucketed, rounds)
+    measured(Row("b1''. b1', the peer's loss on real target rows too", bucketed_tokens / sum(ours_batch_seconds),
+                 bucketed_tokens / sum(peer_batch_seconds), sum(peer_batch_seconds) / sum(ours_batch_seconds), 1.25))
 
     # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
     fixed = padded_batches(pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps)

@@ -3,12 +3,16 @@
 import functools
 import time
 
-from keras_transformer.training.loss import label_smoothed_nll
+from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
 from keras_transformer.training.schedule import paper_optimizer
 
 
 def make_train_step(model, config, jit_compile=False):
     """A compiled update (label-smoothed loss, the paper's Adam) for `model`; returns its loss sum.
+
+    The loss is computed on the model's training output (`training.loss.labels_and_logits`):
+    ours gives the logits of the real target positions only, a model without that output
+    (the keras-hub peer) its `(B, T, V)` logits.
 
     TensorFlow's (`tf.function`); the timing helpers below take any step and run on every backend.
     """
@@ -20,8 +24,8 @@ def make_train_step(model, config, jit_compile=False):
     @tf.function(jit_compile=jit_compile or None, reduce_retracing=True)
     def step(inputs, labels):
         with tf.GradientTape() as tape:
-            logits = model(inputs, training=True)
-            loss_sum, tokens = label_smoothed_nll(labels, logits, config.label_smoothing)
+            targets, logits = labels_and_logits(model, inputs, labels, training=True)
+            loss_sum, tokens = label_smoothed_nll(targets, logits, config.label_smoothing)
             loss = loss_sum / tf.maximum(tokens, 1.0)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))

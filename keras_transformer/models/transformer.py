@@ -19,6 +19,7 @@ from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
 from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding, WordIndex
+from keras_transformer.layers.tracing import in_xla_context
 from keras_transformer.models.config import TransformerConfig, get_preset
 
 # The padding id (`data.tokenizer.PAD_ID`, which owns the special ids): not imported from
@@ -146,7 +147,7 @@ class Transformer(keras.Model):
         source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
         target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
         # On TensorFlow the position-wise work skips the padding (`layers.packing`).
-        packed = config.skip_padding and keras.backend.backend() == "tensorflow"
+        packed = self._packs
         encoder_outputs, source_mask = self._encode(source_ids, training=None, packed=packed)
         source_words = self.source_word_positions(source_ids) if config.word_window is not None else None
         logits = self._decode(target_ids, encoder_outputs, source_mask, training=None, source_words=source_words,
@@ -167,7 +168,57 @@ class Transformer(keras.Model):
             return
         super().__setattr__(name, value)
 
+    @property
+    def _packs(self):
+        """Whether the forward pass computes the position-wise work on the real tokens only
+        (`config.skip_padding`, on TensorFlow: `layers.packing`)."""
+        return self.config.skip_padding and keras.backend.backend() == "tensorflow"
+
     # --- fit and evaluate ---
+
+    def real_target_logits(self, inputs, labels, training=None):
+        """The training output over the target's real positions only: `(labels (N,), logits (N, V))`.
+
+        The forward pass of `model(inputs)` up to the decoder's rows (`layers.packing`), which
+        are not laid back out as `(B, T, D)`: the output projection, the float32 logits and
+        the loss skip the target's padding (about a fifth of the positions of a bucketed
+        batch). At every real position the logits, and so the loss and its gradients, are
+        those of `model(inputs)` (tested to 1e-5), with the same dropout masks. The training
+        loop, `fit`, validation and the benchmark's step compute the loss on this output.
+
+        Without a packing (`config.skip_padding` off, or off TensorFlow) it is `labels` and
+        `model(inputs)`'s `(B, T, V)` logits; under XLA the packing carries every position
+        (`packing.packed_positions`): `(B * T,)` and `(B * T, V)`, padding included.
+
+        Args:
+            inputs: `{"source_ids", "target_ids"}`, as for the model's call.
+            labels: int `(B, T)`, 0 where `target_ids` is 0 (the data pipeline's labels are the
+                target shifted by one): a real token at a padded position of `target_ids`
+                would not reach the loss, and raises `InvalidArgumentError` naming it.
+            training: as for the model's call (dropout).
+
+        Returns:
+            `(labels, logits)`: int32 `(N,)` and float32 `(N, V)` on the N real target positions.
+        """
+        if not self._packs:
+            return labels, self(inputs, training=training)
+        source_ids = ops.convert_to_tensor(inputs["source_ids"], "int32")
+        target_ids = ops.convert_to_tensor(inputs["target_ids"], "int32")
+        encoder_outputs, source_packing = self._encode(source_ids, training=training, packed=True)
+        source_words = self.source_word_positions(source_ids) if self.uses_word_window else None
+        logits, positions = self._decode(target_ids, encoder_outputs, source_packing, training=training,
+                                         source_words=source_words, packed=True, rows=True)
+        labels = ops.reshape(ops.convert_to_tensor(labels, "int32"), (-1,))
+        real_labels = ops.take(labels, positions, axis=0)
+        if not in_xla_context():
+            import tensorflow as tf
+
+            tf.debugging.assert_equal(
+                ops.sum(ops.cast(ops.not_equal(real_labels, PAD_ID), "int32")),
+                ops.sum(ops.cast(ops.not_equal(labels, PAD_ID), "int32")),
+                message="labels hold real tokens where target_ids is padding (0): the loss over the real target "
+                        "positions would leave them out; pad labels where target_ids is padded")
+        return real_labels, logits
 
     def train_step(self, *args):
         """Keras' step, with one finite-or-skip decision for all replicas and a token-weighted loss
@@ -281,10 +332,11 @@ class Transformer(keras.Model):
         return ops.cast(self.output_projection(hidden), "float32")
 
     def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False,
-                source_words=None, packed=False):
+                source_words=None, packed=False, rows=False):
         """Logits `(B, T, V)` (and the attention scores). `packed`: `encoder_outputs` and
         `source_mask` are the rows and the packing of `_encode(..., packed=True)`, and the
-        decoder's position-wise work runs on the target's real positions only."""
+        decoder's position-wise work runs on the target's real positions only; with `rows`,
+        `(logits (N, V), positions (N,))` on those positions (`real_target_logits`)."""
         target_mask = padding_mask(target_ids, PAD_ID)  # (B, T)
         target_packing = (self._packing_layer(packing.RealPositions)(target_mask), target_mask) if packed else None
         words = self.word_index.target(target_ids) if self.word_index is not None else None
@@ -312,6 +364,8 @@ class Transformer(keras.Model):
                 scores.append(layer_scores)
             else:
                 hidden = result
+        if rows:
+            return self._logits(hidden), target_packing[0]
         if packed:
             hidden = self._packing_layer(packing.Unpack)(hidden, *target_packing)  # (B, T, D), zeros at the padding
         logits = self._logits(hidden)

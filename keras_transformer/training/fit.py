@@ -1,6 +1,6 @@
 """`model.fit` and `evaluate` steps for the Transformer on TensorFlow (`Transformer.train_step`).
 
-Keras' own TensorFlow steps differ from ours in two ways that only show on several replicas:
+Keras' own TensorFlow steps differ from ours in four ways, three of which show only on several replicas:
 
 - **One decision for all replicas.** Keras applies whatever gradients it gets; under
   mixed_float16 its `LossScaleOptimizer` checks them for NaN/Inf, but per replica, before
@@ -17,6 +17,10 @@ Keras' own TensorFlow steps differ from ours in two ways that only show on sever
   Inf on any replica is dropped on every replica and not counted; under loss scaling the
   halved scale also halves what was accumulated, so every batch of an update is unscaled by
   the same factor.
+- **The loss is computed on the real target positions.** With `LabelSmoothedCrossEntropy`,
+  and no sample weights or compiled metrics (which see the `(B, T)` layout), the loss takes
+  the model's logits at the real target positions only (`Transformer.real_target_logits`):
+  the same loss and gradients as on `model(x)`, without the padding's output projection.
 - **The loss is weighted by real tokens.** Keras reports a replica's loss times the number
   of replicas, averaged with the replicas' sentence counts as weights, and averages the
   batches of an epoch by sentences. With a loss that marks itself `token_weighted`
@@ -29,14 +33,14 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.training.loss import global_token_count
+from keras_transformer.training.loss import global_token_count, labels_and_logits
 
 
 def train_step(model, data):
     """One `fit` step (see the module docstring); returns the metrics' values."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
-        y_pred = model(x, training=True)
+        y, y_pred = _loss_output(model, x, y, sample_weight, training=True)
         loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
         _track_loss(model, loss, x, y)
         scaled = model.optimizer.scale_loss(loss)
@@ -48,7 +52,7 @@ def train_step(model, data):
 def test_step(model, data):
     """One `evaluate` step, with the token-weighted loss tracker."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    y_pred = model(x, training=False)
+    y, y_pred = _loss_output(model, x, y, sample_weight, training=False)
     loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
     _track_loss(model, loss, x, y)
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
@@ -125,6 +129,16 @@ def _apply_accumulated(optimizer, grads, variables, accumulators, steps):
     mean = [None if grad is None else (grad + accumulator.value) / steps
             for grad, accumulator in zip(grads, accumulators)]
     optimizer.apply(mean, variables)
+
+
+def _loss_output(model, x, y, sample_weight, training):
+    """`(y, y_pred)` for the loss and metrics: the real target positions' labels and logits
+    (`training.loss.labels_and_logits`) with a token-weighted loss and nothing that reads the
+    `(B, T)` layout (no sample weights, no compiled metrics); else `y` and `model(x)`."""
+    token_weighted = getattr(getattr(model, "loss", None), "token_weighted", False)
+    if token_weighted and sample_weight is None and getattr(model, "_compile_metrics", None) is None:
+        return labels_and_logits(model, x, y, training=training)
+    return y, model(x, training=training)
 
 
 def _track_loss(model, loss, x, y):

@@ -23,8 +23,8 @@ def token_losses(labels, logits, label_smoothing=0.1, pad_id=0):
     size of the logits, and the mean, a broadcast of the same size).
 
     Args:
-        labels: int `(B, T)`, `pad_id` at padding.
-        logits: float `(B, T, V)` (computed in float32).
+        labels: int `(B, T)`, `pad_id` at padding (or any leading shape: `(N,)`).
+        logits: float `(B, T, V)` (computed in float32), `(N, V)` with `(N,)` labels.
         label_smoothing: eps in [0, 1).
         pad_id: id whose positions do not count.
 
@@ -88,6 +88,17 @@ def label_smoothed_nll(labels, logits, label_smoothing=0.1, pad_id=0):
     """
     losses, weights = token_losses(labels, logits, label_smoothing, pad_id)
     return ops.sum(losses), ops.sum(weights)
+
+
+def labels_and_logits(model, inputs, labels, training=False):
+    """`(labels, logits)` for the loss of `model` on a batch: on the target's real positions
+    where the model gives them (`Transformer.real_target_logits`: `(N,)` and `(N, V)`), else
+    `labels` and `model(inputs)`'s `(B, T, V)` logits. `label_smoothed_nll` takes either.
+    """
+    real_rows = getattr(model, "real_target_logits", None)
+    if real_rows is None:
+        return labels, model(inputs, training=training)
+    return real_rows(inputs, labels, training=training)
 
 
 def global_token_count(num_tokens):

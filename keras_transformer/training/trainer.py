@@ -29,7 +29,7 @@ from keras_transformer.backends import require_tensorflow
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training.checkpoints import restore_newest_readable, save_checkpoint
-from keras_transformer.training.loss import label_smoothed_nll
+from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
 from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
 from keras_transformer.training.position import resumable
 from keras_transformer.training.progress import ProgressMeter, TerminationSignal, format_seconds
@@ -375,7 +375,7 @@ def _evaluation_step(model, label_smoothing):
 
     @tf.function(input_signature=[{"source_ids": ids, "target_ids": ids}, ids])
     def evaluate_batch(inputs, labels):
-        logits = model(inputs, training=False)
+        labels, logits = labels_and_logits(model, inputs, labels, training=False)
         smoothed, tokens = label_smoothed_nll(labels, logits, label_smoothing)
         nll, _ = label_smoothed_nll(labels, logits, 0.0)
         return smoothed, nll, tokens

@@ -21,7 +21,7 @@ skips in a row): the host raises after the call with the step and the scale.
 import keras
 import tensorflow as tf
 
-from keras_transformer.training.loss import label_smoothed_nll
+from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
 
 # The packed per-update scalars, in this order.
 LOSS, TOKENS, BAD_GRADIENT, BAD_LOSS, STOP = range(5)
@@ -55,7 +55,7 @@ class UpdateStep:
         @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
         def gradients(inputs, labels):
             with tf.GradientTape() as tape:
-                logits = model(inputs, training=True)  # (B, T, V) float32
+                labels, logits = labels_and_logits(model, inputs, labels, training=True)  # (N, V) float32
                 loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing)
                 scaled = optimizer.scale_loss(loss_sum) if self.loss_scaled else loss_sum
             return tape.gradient(scaled, variables), loss_sum, tokens

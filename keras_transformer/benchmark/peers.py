@@ -133,7 +133,7 @@ class PeerTargetRows:
 
         hidden = self.decoder_output(inputs, training=training)  # (B, T, D)
         positions = packing.packed_positions(ops.not_equal(inputs["target_ids"], 0))
-        rows = ops.take(ops.reshape(hidden, (-1, hidden.shape[-1])), positions, axis=0)  # (N, D)
+        rows = packing.pack(hidden, (positions, None))  # (N, D), gathered as ours (gathers both ways)
         logits = ops.cast(self.embedding(rows, reverse=True), "float32")
         return ops.take(ops.reshape(labels, (-1,)), positions, axis=0), logits
 

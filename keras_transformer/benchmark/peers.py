@@ -129,10 +129,12 @@ class PeerTargetRows:
         as ours: `layers.packing.packed_positions`)."""
         from keras import ops
 
+        from keras_transformer.data.tokenizer import PAD_ID
         from keras_transformer.layers import packing
+        from keras_transformer.layers.masks import padding_mask
 
         hidden = self.decoder_output(inputs, training=training)  # (B, T, D)
-        positions = packing.packed_positions(ops.not_equal(inputs["target_ids"], 0))
+        positions = packing.packed_positions(padding_mask(inputs["target_ids"], PAD_ID))
         rows = packing.pack(hidden, (positions, None))  # (N, D), gathered as ours (gathers both ways)
         logits = ops.cast(self.embedding(rows, reverse=True), "float32")
         return ops.take(ops.reshape(labels, (-1,)), positions, axis=0), logits

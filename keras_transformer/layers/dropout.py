@@ -8,14 +8,23 @@ independent masks, while the generator's state (in the model's variables and our
 checkpoints) stays one shared counter: a rerun with the same seed draws the same masks, and
 a resumed run continues the interrupted run's draws.
 
-On one device, and on backends without a replica context, the seed is the generator's own:
-the masks equal `keras.layers.Dropout`'s.
+On one device, and on backends without a replica context, the seed is the generator's own.
+
+On TensorFlow the mask is drawn at half of `keras.random.dropout`'s cost (`dropout_mask_16`):
+each 32 random bits of the counter-based generator decide two units, a unit kept where its 16
+bits are at least `round(65536 * rate)`: a unit is dropped with probability
+`round(65536 * rate) / 65536`, within 7.7e-6 of `rate` (Keras' draws, floats of the input's
+dtype, quantize it too: to 1/128 in bfloat16). Kept units are scaled by `1 / (1 - rate)`, as
+Keras scales them. On JAX and PyTorch the layer calls `keras.random.dropout`.
 """
 
 import keras
 from keras import ops
 
 from keras_transformer.layers.checks import check_rate
+
+# The 16-bit draws of `dropout_mask_16`: a unit is dropped with probability threshold / _LEVELS.
+_LEVELS = 1 << 16
 
 # An odd constant near 2**32 / golden ratio: replica r's seeds start r * _REPLICA_STRIDE
 # away from replica 0's, far from any other generator's seed (drawn in [1, 1e9]).
@@ -32,6 +41,39 @@ def replica_id():
     if context is None or context.num_replicas_in_sync == 1:
         return None
     return context.replica_id_in_sync_group
+
+
+def drop_threshold(rate):
+    """The 16-bit threshold of `rate`: units whose draw is below it are dropped.
+
+    >>> drop_threshold(0.1), drop_threshold(0.5)
+    (6554, 32768)
+    """
+    return min(round(rate * _LEVELS), _LEVELS - 1)
+
+
+def dropout_mask_16(shape, rate, seed):
+    """TensorFlow: a boolean keep-mask of `shape`, each unit kept with probability
+    `1 - drop_threshold(rate) / 65536`, two units per 32-bit draw of
+    `tf.random.stateless_uniform` (Philox) from `seed` (int32 `(2,)`). XLA compiles it."""
+    import tensorflow as tf
+
+    size = tf.reduce_prod(shape)
+    bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
+    draws = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]  # two 16-bit draws per 32 bits
+    return tf.reshape(draws >= tf.constant(drop_threshold(rate), tf.uint16), shape)
+
+
+def _tensorflow_dropout(inputs, rate, noise_shape, seed):
+    import tensorflow as tf
+
+    shape = tf.shape(inputs)
+    if noise_shape is not None:
+        shape = tf.stack([shape[axis] if size is None else size for axis, size in enumerate(noise_shape)])
+    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # int32 seeds compile with XLA
+    keep = dropout_mask_16(shape, rate, seed)
+    scale = tf.cast(1.0 / (1.0 - rate), inputs.dtype)
+    return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
 
 
 class ReplicaSeedGenerator(keras.random.SeedGenerator):
@@ -80,6 +122,8 @@ class ReplicaDropout(keras.layers.Layer):
 
     def call(self, inputs, training=False):
         if training and self.rate > 0:
+            if keras.backend.backend() == "tensorflow":
+                return _tensorflow_dropout(inputs, self.rate, self.noise_shape, self.seed_generator.next())
             return keras.random.dropout(inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator)
         return inputs
 

@@ -220,11 +220,8 @@ class MultiHeadAttention(keras.layers.Layer):
             projected = ops.matmul(rows, ops.reshape(ops.cast(kernel, dtype), (width, heads * depth)))
         if self.use_bias:  # (B * T, H * Dk)
             projected = projected + ops.reshape(ops.cast(getattr(self, f"{name}_bias"), dtype), (heads * depth,))
-        if packing is not None:  # (N, H * Dk) -> (B, T, H * Dk)
-            projected = packing_lib.unpack(projected, packing)
-            shape = ops.shape(projected)
-            projected = ops.reshape(projected, (shape[0], shape[1], heads, depth))  # (B, T, H, Dk)
-            return ops.transpose(projected, (0, 2, 1, 3))  # (B, H, T, Dk)
+        if packing is not None:  # (N, H * Dk) -> (B, H, T, Dk), the heads split off in the same gather
+            return packing_lib.unpack_heads(projected, packing, heads)
         if inputs.shape[1] == 1:  # one position (a decoding step): (B, 1, H, Dk) is (B, H, 1, Dk) in memory
             return ops.reshape(projected, (-1, heads, 1, depth))
         shape = ops.shape(inputs)
@@ -378,12 +375,12 @@ class MultiHeadAttention(keras.layers.Layer):
         """`heads (B, H, Q, Dv)` side by side through the output projection: `(B, Q, D)` (see `_project`);
         with a `packing`, only its real positions: `(N, D)`."""
         heads_count, depth, width = self.output_kernel.shape
-        if heads.shape[2] == 1 and packing is None:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv)
+        if packing is not None:  # the real positions' heads side by side, one gather
+            concatenated = packing_lib.pack_heads(heads, packing)  # (N, H * Dv)
+        elif heads.shape[2] == 1:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv)
             concatenated = ops.reshape(heads, (-1, heads_count * depth))  # (B, H * Dv)
         else:
             concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, heads_count * depth))  # (B * Q, H * Dv)
-        if packing is not None:
-            concatenated = ops.take(concatenated, packing[0], axis=0)  # (N, H * Dv)
         kernel = ops.reshape(self.output_kernel, (heads_count * depth, width))
         if self.quantization_mode == "int8":
             outputs = quantization.quantized_matmul(

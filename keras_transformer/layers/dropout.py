@@ -10,7 +10,7 @@ a resumed run continues the interrupted run's draws.
 
 On one device, and on backends without a replica context, the seed is the generator's own.
 
-On TensorFlow the mask is drawn at half of `keras.random.dropout`'s cost (`dropout_mask_16`):
+On TensorFlow the mask takes half the random bits of `keras.random.dropout`'s (`dropout_mask_16`):
 each 32 random bits of the counter-based generator decide two units, a unit kept where its 16
 bits are at least `round(65536 * rate)`: a unit is dropped with probability
 `round(65536 * rate) / 65536`, within 7.7e-6 of `rate` (Keras' draws, floats of the input's

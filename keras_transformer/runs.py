@@ -8,6 +8,8 @@ Layout (written by `training.train_translation` / `experiments/train.py`)::
     <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
     <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
     <run>/averaged/          ckpt-<step> written by checkpoint averaging
+    <run>/lease.json         the live trainer's lease on the run (`training.lease`), while one trains
+    <run>/.worker_<i>/       a non-chief worker's share of the checkpoint being saved (removed after)
 
 Every module that reads or writes a run uses these names and functions; none spells the
 layout itself. `<run>` may be any path `keras_transformer.fs` knows (`gs://bucket/run`,
@@ -34,6 +36,8 @@ TOKENIZER_FILE = "spm.model"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
 AVERAGED = "averaged"
+LEASE_FILE = "lease.json"
+WORKER_DIR = ".worker_{}"  # a non-chief worker's, by its task id
 CHECKPOINT_PREFIX = "ckpt"  # checkpoints are <prefix>-<step>
 # Log directories under logs/: the trainer's two, and the checkpoint scores written afterwards.
 TRAIN_LOG, VALIDATION_LOG, CHECKPOINT_SCORES_LOG = "train", "validation", "checkpoints"
@@ -69,6 +73,15 @@ def config_path(model_dir):
 
 def starts_path(model_dir):
     return fs.join(model_dir, STARTS_FILE)
+
+
+def lease_path(model_dir):
+    return fs.join(model_dir, LEASE_FILE)
+
+
+def worker_dir(model_dir, task_id):
+    """Where non-chief worker `task_id` writes its share of each checkpoint (`"*"`: a glob of them all)."""
+    return fs.join(model_dir, WORKER_DIR.format(task_id))
 
 
 def tokenizer_path(model_dir):

@@ -12,6 +12,8 @@ Writes `OUT_DIR/<case>.json` (and `.npz` of weights) for each case in `CASES`:
 - `consecutive_skips`: every second replica's batch overflows; `max_consecutive_skips=3`.
 - `dropout`: the model with dropout 0.3 called by two replicas on the same batch, twice
   from the same seed: the replicas' outputs and the reruns'.
+- `dropout_masks`: one `ReplicaDropout(0.3)` called by two replicas for `DROPOUT_STEPS` steps,
+  as a run calls it: the keep-masks, `(steps, replicas, units)` in `dropout_masks.npy`.
 - `resume_<layout>`: `train_translation`-style training on a `data.BatchPlan` (several
   epochs in 6 updates), dropout 0.3, interrupted and resumed (`split`) or not (`once`);
   `resume_changed` trains 3 updates on 2 replicas, then 3 on one replica with
@@ -36,6 +38,7 @@ import keras_transformer.training.update as update_module  # noqa: E402
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.data import Tokenizer, builtin_task, train_sentencepiece  # noqa: E402
 from keras_transformer.data.plan import BatchPlan  # noqa: E402
+from keras_transformer.layers.dropout import ReplicaDropout  # noqa: E402
 from keras_transformer.models.config import get_preset  # noqa: E402
 from keras_transformer.training import (  # noqa: E402
     DivergenceError,
@@ -64,7 +67,7 @@ FIT_SPLITS = {"fit_split_2_1": 11, "fit_split_1_0": 9}  # sentences: batches of 
 LOOP_SPLITS = {"loop_split_3_5": 3, "loop_split_0_8": 0, "loop_split_reference": None}  # sentences on replica 0
 CASES = (tuple(LOOP_SPLITS) + OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS)
          + tuple(f"{case}_reference" for case in FIT_SPLITS)
-         + ("fit_accumulation_by_hand", "fit_reference_float32_accum2_one_device", "consecutive_skips", "dropout",
+         + ("fit_accumulation_by_hand", "fit_reference_float32_accum2_one_device", "consecutive_skips", "dropout", "dropout_masks",
             "resume_once", "resume_split", "resume_rerun", "resume_changed", "resume_changed_reference"))
 
 
@@ -255,6 +258,24 @@ def dropout_case():
             "rerun_max_diff": max(float(np.abs(a - b).max()) for a, b in zip(outputs[0], outputs[1]))}
 
 
+DROPOUT_STEPS, DROPOUT_SHAPE = 40, (4, 25, 32)
+
+
+def dropout_masks_case(out_dir):
+    with strategy().scope():
+        layer = ReplicaDropout(0.3, seed=13)
+    ones = tf.ones(DROPOUT_SHAPE)
+
+    @tf.function
+    def step():
+        return strategy().run(lambda: tf.reshape(layer(ones, training=True) != 0, [-1]))
+
+    masks = np.stack([np.stack([np.asarray(value) for value in strategy().experimental_local_results(step())])
+                      for _ in range(DROPOUT_STEPS)])  # (steps, replicas, units)
+    np.save(out_dir / "dropout_masks.npy", masks)
+    return {"shape": list(masks.shape)}
+
+
 _PLAN = {}
 
 
@@ -308,6 +329,8 @@ def main(out_dir, cases):
                 trainer, record = consecutive_skips_case(out_dir)
             elif case == "dropout":
                 record = dropout_case()
+            elif case == "dropout_masks":
+                record = dropout_masks_case(out_dir)
             else:
                 trainer, record = resume_case(case, out_dir)
         finally:

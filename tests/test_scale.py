@@ -15,6 +15,7 @@ import pytest
 
 from tests.scale_harness import CASES, OVERFLOW_RUNS
 from tests.scripts import script_environment
+from tests.test_dropout import correlation, keep_probability, z_of_dispersion
 
 HARNESS = str(Path(__file__).resolve().parent / "scale_harness.py")
 
@@ -70,6 +71,21 @@ def test_consecutive_skips_stop_naming_the_step_and_the_scale(records):
 def test_replicas_draw_different_dropout_masks_and_reruns_the_same(records):
     assert records["dropout"]["replicas_max_diff"] > 0.1
     assert records["dropout"]["rerun_max_diff"] == 0.0
+
+
+def test_over_a_run_each_replica_draws_its_own_masks_at_the_rate(records):
+    masks = records["dropout_masks"]["weights"]  # dropout_masks.npy: (steps, replicas, units)
+    p = keep_probability(0.3)
+    for replica in (0, 1):
+        assert abs(masks[:, replica].mean() - p) < 5 * np.sqrt(p * (1 - p) / masks[:, replica].size)
+    # The replicas' masks are uncorrelated at one step, and across neighbouring steps (a replica
+    # offset that equalled a few of the generator's steps would repeat the other's masks there).
+    for shift in (0, 1, 2):
+        for first, second in ((0, 1), (1, 0)):
+            r, bound = correlation(masks[shift:, first], masks[:len(masks) - shift, second])
+            assert abs(r) < bound, (shift, first, second, r)
+    # Over the run, each unit is kept as often as independent draws keep it, on both replicas.
+    assert abs(z_of_dispersion(masks.reshape(-1, masks.shape[-1]), p)) < 5
 
 
 def test_resumed_run_with_dropout_on_two_replicas_equals_the_uninterrupted_one(records):

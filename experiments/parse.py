@@ -6,10 +6,13 @@ r"""Parse tokenized sentences with a run trained on --dataset=ptb: one sentence 
 Input: Penn Treebank tokens, space-separated, one sentence a line, from --input (default:
 stdin). Output: one tree a line, `(TOP (S (NP (NNP Ms.) (NNP Haag)) ...))`, to --output
 (default: stdout), in input order; every tree has exactly the line's words, in order, with one
-POS tag each. Sentences are parsed in length-sorted batches (--batch_size), with progress on
-stderr when reading a file. A blank line, or one longer than the model takes, stops the run
-with one line naming it, before anything is parsed; --output is written only when every
-sentence is parsed. Search settings not given come from the run's config (ptb presets: beam
+POS tag each (`data.trees.sentence_words`: split at whitespace, `(`/`)` written -LRB-/-RRB-).
+Sentences are parsed in length-sorted batches (--batch_size), with progress on stderr when
+reading a file. Input is read as the exported SavedModel reads it: invalid UTF-8 becomes
+U+FFFD, with a warning on stderr naming the line. A blank line, one with a word the
+tokenizer does not keep as one word (e.g. a lone U+FFFD or zero-width space, which its
+normalisation deletes), or one longer than the model takes stops the run with one line naming
+it, before anything is parsed; --output is written only when every sentence is parsed. Search settings not given come from the run's config (ptb presets: beam
 21, length penalty 0.3, input length + 300).
 """
 
@@ -45,7 +48,9 @@ def main(argv):
         name = FLAGS.input
     else:
         data, name = sys.stdin.buffer.read(), "stdin"
-    lines, _ = decode_lines(data)
+    lines, replaced = decode_lines(data)
+    for index in replaced:
+        print(f"Warning: {name}, line {index + 1}: invalid UTF-8 replaced by U+FFFD", file=sys.stderr)
     check_not_blank(lines, name)  # before the model loads
     if FLAGS.method == "sample":
         raise app.UsageError("--method must be greedy or beam for parsing")

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from keras_transformer.data.treebank import load_ptb_pairs
-from keras_transformer.data.trees import parse_tree
+from keras_transformer.data.trees import parse_tree, sentence_words
 from tests import runtimes
 from tests.scripts import run_script
 
@@ -41,13 +41,34 @@ def ptb_run(tmp_path_factory, sections):
 
 
 def test_parse_script(ptb_run, sections, tmp_path):
+    """Every tree holds its line's words (`sentence_words`); a word with invalid UTF-8 inside is
+    parsed with U+FFFD in its place and a warning naming the line, brackets come out -LRB-/-RRB-."""
     sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
-    (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
+    crafted = b"He said ( caf\xe9 )\tok ."
+    (tmp_path / "in.txt").write_bytes("".join(f"{s}\n" for s in sentences).encode() + crafted + b"\n")
     result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
                         f"--output={tmp_path / 'out.txt'}", "--beam_size=2", "--max_output_offset=10")
     trees = [parse_tree(line) for line in (tmp_path / "out.txt").read_text().splitlines()]
-    assert [tree.words() for tree in trees] == [s.split() for s in sentences]
-    assert "parsed 3/3 sentences" in result.stderr
+    lines = [*sentences, crafted.decode("utf-8", errors="replace")]
+    assert [tree.words() for tree in trees] == [sentence_words(line) for line in lines]
+    assert trees[-1].words() == ["He", "said", "-LRB-", "caf\ufffd", "-RRB-", "ok", "."]
+    assert f"Warning: {tmp_path / 'in.txt'}, line 4: invalid UTF-8 replaced by U+FFFD" in result.stderr.splitlines()
+    assert "parsed 4/4 sentences" in result.stderr
+
+
+def test_parse_script_rejects_a_word_the_tokenizer_deletes(ptb_run, tmp_path):
+    """A word that was only invalid UTF-8 is U+FFFD, which the tokenizer's normalisation deletes:
+    a warning, then one error line naming the line and the word, and no output."""
+    (tmp_path / "in.txt").write_bytes(b"Ms. Haag plays .\nIt \xff is .\n")
+    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
+                        f"--output={tmp_path / 'out.txt'}", check=False)
+    assert result.returncode == 1
+    name = tmp_path / "in.txt"
+    assert result.stderr.strip().splitlines()[-2:] == [
+        f"Warning: {name}, line 2: invalid UTF-8 replaced by U+FFFD",
+        f"error: {name}, line 2: word 2, '\ufffd': the tokenizer's normalisation deletes it "
+        "(the tree must hold the line's words one for one)"]
+    assert not (tmp_path / "out.txt").exists()
 
 
 def test_parse_script_with_an_ensemble(ptb_word_run, sections, tmp_path):
@@ -102,35 +123,46 @@ def test_evalb_script(evalb_sample_dir):
     assert result.stdout == (evalb_sample_dir / "ptb5.rsl").read_text()
 
 
-def _parse_with_saved_model(run, sections, tmp_path, extra=()):
+def _parse_with_saved_model(run, sections, tmp_path, extra=(), rejected=()):
     """`(Parser's trees, the exported default signature's trees)` of the 4 shortest validation
-    sentences (and `extra` inputs) with the same settings."""
+    sentences and the `extra` lines with the same settings; the signature also gets the
+    `rejected` lines (after the others), which `Parser` refuses."""
     import tensorflow as tf
 
     from keras_transformer.decoding import Parser
     from keras_transformer.export.parser import ParsingModule
     from keras_transformer.runs import load_run
 
-    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4]
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4] + list(extra)
     settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
     model, tokenizer, _ = load_run(run)
-    expected = Parser(model, tokenizer, "beam", **settings)(sentences)
+    parser = Parser(model, tokenizer, "beam", **settings)
+    expected = parser(sentences)
+    for line in rejected:
+        with pytest.raises(ValueError, match="^input, line 1: "):
+            parser.check([line])
     module = ParsingModule(model, tokenizer, **settings)
     tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
     loaded = tf.saved_model.load(str(tmp_path))
-    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + list(extra)))
+    outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + list(rejected)))
     return expected, [tree.decode() for tree in outputs["translation"].numpy()]
 
 
 def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path):
     """The exported parser's default signature (`ParsingModule.translate`, saved and loaded back)
     takes tokenized sentences and returns the trees that `Parser` (parse.py) gives with the same
-    settings. (Only that signature is saved here: export_saved_model traces all five.)"""
+    settings, on lines that `sentence_words` splits at every kind of whitespace and whose
+    brackets it writes -LRB-/-RRB-; a blank line, and lines with a word the tokenizer does not
+    keep as one word (which `Parser` rejects), get "". (Only that signature is saved here:
+    export_saved_model traces all five.)"""
     from keras_transformer.export.parser import is_parsing_run
 
     assert is_parsing_run(ptb_run)
-    expected, served = _parse_with_saved_model(ptb_run, sections, tmp_path, extra=[""])
-    assert served == expected + [""]
+    kept = ["He said ( yes )\t.", "a\u00a0b \x85 c\u3000d", "caf\ufffd \u2603"]
+    rejected = ["a \u200b b", "a\u2581b c", "a \ufffd b"]
+    expected, served = _parse_with_saved_model(ptb_run, sections, tmp_path, extra=kept, rejected=[*rejected, ""])
+    assert served == expected + [""] * 4
+    assert [parse_tree(tree).words() for tree in expected[-3:]] == [sentence_words(line) for line in kept]
 
 
 @pytest.fixture(scope="module")

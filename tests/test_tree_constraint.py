@@ -247,3 +247,80 @@ def test_word_position_parser_returns_trees(untrained_parser, word_position_mode
         parser = Parser(word_position_model, tokenizer, method, batch_size=4, max_output_offset=12, **options)
         for sentence, line in zip(sentences, parser(sentences)):
             assert parse_tree(line).words() == sentence.split()
+
+
+# --- one word rule: `data.trees.sentence_words`, kept word for word by the tokenizer ---
+
+
+def test_kept_words_are_those_the_tokenizer_keeps_as_one_word(untrained_parser):
+    """A word is kept when its pieces hold exactly one word-starting piece, the first: not when
+    the normaliser deletes it (U+200B, U+FFFD) or splits it (a `▁` or a U+200B inside)."""
+    _, tokenizer, _ = untrained_parser
+    words = ["the", "\u200b", "\ufffd", "a\u2581b", "a\u200bb", "-LRB-", "NN", "caf\ufffd", "\u2603", "ａｂ"]
+    kept, starts = TreeConstraint.from_tokenizer(tokenizer).kept_words(tokenizer, words)
+    assert dict(zip(words, zip(kept.numpy().tolist(), starts.numpy().tolist()))) == {
+        "the": (True, 1), "\u200b": (False, 0), "\ufffd": (False, 0), "a\u2581b": (False, 2), "a\u200bb": (False, 2),
+        "-LRB-": (True, 1), "NN": (True, 1), "caf\ufffd": (True, 1), "\u2603": (True, 1), "ａｂ": (True, 1)}
+
+
+# Lines the parser takes: whitespace of every kind, brackets as words, a word with U+FFFD inside,
+# an unknown character, a word that spells a tag.
+KEPT_LINES = ["a\tb", "x\u00a0y z", "a \x85 b\u3000c", "He said ( yes ) .", "caf\ufffd \u2603 NN"]
+
+
+def test_one_word_count_on_every_path(untrained_parser):
+    """For each line the parser takes, the words of `sentence_words` are the words the constraint
+    counts, those `WordIndex` numbers (EOS is word n), and those of the parser's tree."""
+    from keras_transformer.data.trees import sentence_words
+    from keras_transformer.decoding.tree_constraint import word_kinds
+    from keras_transformer.layers.positional import WordIndex
+
+    model, tokenizer, _ = untrained_parser
+    parser = Parser(model, tokenizer, "greedy", max_output_offset=12)
+    words = [sentence_words(line) for line in KEPT_LINES]
+    source_ids = parser.translator.source_ids([" ".join(line) for line in words])
+    counts = [len(line) for line in words]
+    assert parser.constraint.source_words(source_ids).numpy().tolist() == counts
+    index = WordIndex(tokenizer.vocabulary_size)
+    index.set_kinds(word_kinds(tokenizer))
+    positions = np.asarray(index.source(source_ids))
+    assert [int(row[ids == EOS_ID][0]) for row, ids in zip(positions, source_ids.numpy())] == counts
+    trees = parser(KEPT_LINES)
+    assert [parse_tree(tree).words() for tree in trees] == words
+
+
+@pytest.mark.parametrize("line, message", [
+    ("a \u200b b", "word 2, '\\u200b': the tokenizer's normalisation deletes it"),
+    ("a \ufffd b", "word 2, '\ufffd': the tokenizer's normalisation deletes it"),
+    ("x a\u2581b c", "word 2, 'a\u2581b': the tokenizer's normalisation makes 2 words of it"),
+    ("a\u200bb", "word 1, 'a\\u200bb': the tokenizer's normalisation makes 2 words of it"),
+])
+def test_parser_rejects_a_word_the_tokenizer_does_not_keep_before_parsing(untrained_parser, line, message):
+    model, tokenizer, _ = untrained_parser
+    parser = Parser(model, tokenizer, "greedy", max_output_offset=12)
+    calls = []
+    with pytest.raises(ValueError) as error:
+        parser(["a b", "c", line], progress=lambda done, total: calls.append(done))
+    assert str(error.value).splitlines() == [
+        f"input, line 3: {message} (the tree must hold the line's words one for one)"]
+    assert calls == []  # nothing was parsed
+
+
+def test_parser_refuses_an_output_limit_below_words_plus_one(untrained_parser):
+    """A tree over n words needs n tags and EOS: `max_length` 4 parses 3 words, refuses 4."""
+    model, tokenizer, _ = untrained_parser
+    parser = Parser(model, tokenizer, "greedy", max_length=4)
+    with pytest.raises(ValueError, match=r"^input, line 2: 4 words, a tree of 5 tokens at least, "
+                                         r"longer than max_length=4$"):
+        parser(["a b c", "a b c d"])
+    assert parse_tree(parser(["a b c"])[0]).words() == ["a", "b", "c"]
+
+
+def test_exported_parser_refuses_an_output_buffer_below_its_longest_sentence(untrained_parser):
+    from keras_transformer.export.parser import ParsingModule
+
+    model, tokenizer, _ = untrained_parser
+    with pytest.raises(ValueError, match=r"^max_output_length=19 cannot hold the tree of a sentence of "
+                                         r"max_source_length - 1 = 19 words .*use at least 20$"):
+        ParsingModule(model, tokenizer, beam_size=2, max_source_length=20, max_output_length=19)
+    assert ParsingModule(model, tokenizer, beam_size=2, max_source_length=20, max_output_length=20).max_output_length == 20

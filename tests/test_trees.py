@@ -11,6 +11,7 @@ from keras_transformer.data.trees import (
     parse_tree,
     read_trees,
     right_branching,
+    sentence_words,
     strip_function_tags,
     tree_symbols,
 )
@@ -56,11 +57,40 @@ def test_round_trip_of_every_sample_tree(sample_trees):
     assert len(sample_trees) == 3501
     for tree in sample_trees:
         source, target = linearize(tree)
-        assert source.split() == tree.words()
+        assert source.split() == sentence_words(source) == tree.words()
         assert delinearize(target, source) == tree, str(tree)
         # words are left out: the target is symbols only, one tag per word
         tags = [symbol for symbol in target.split() if symbol != ")" and not symbol.startswith("(")]
         assert tags == [tag for tag, _ in tree.tagged_words()]
+
+
+# Crafted lines and their words: every character `str.split()` splits at separates words (tab,
+# NBSP, U+0085, U+3000, U+001C), nothing else does (U+200B, U+2581 "▁", U+FFFD stay in words).
+WORD_CASES = [
+    ("a \u200b b", ["a", "\u200b", "b"]),
+    ("a \x85 b", ["a", "b"]),
+    ("a\u2581b c", ["a\u2581b", "c"]),
+    ("a \ufffd b", ["a", "\ufffd", "b"]),
+    ("a\u00a0b\tc\u3000d\x1ce ", ["a", "b", "c", "d", "e"]),
+    ("He said ( yes ) .", ["He", "said", "-LRB-", "yes", "-RRB-", "."]),
+    ("f(x) :)", ["f-LRB-x-RRB-", ":-RRB-"]),
+    ("-LRB- x -RRB-", ["-LRB-", "x", "-RRB-"]),
+]
+
+
+@pytest.mark.parametrize("line, words", WORD_CASES)
+def test_sentence_words(line, words):
+    assert sentence_words(line) == words
+
+
+def test_brackets_in_words_are_written_as_the_treebank_writes_them_and_read_back():
+    """A word `(` or `)` (or one holding them) is written -LRB- / -RRB-, so the one-line tree reads
+    back as the same tree, with the line's words."""
+    line = "He said ( yes ) :)"
+    tree = delinearize("(S NN VBD (PRN -LRB- UH -RRB- ) . )", line)
+    assert str(tree) == "(TOP (S (NN He) (VBD said) (PRN (-LRB- -LRB-) (UH yes) (-RRB- -RRB-)) (. :-RRB-)))"
+    assert parse_tree(str(tree)) == tree and tree.words() == sentence_words(line)
+    assert delinearize("(S NN VBD (PRN -LRB- UH -RRB- ) . )", line.split()) == tree  # words as a list too
 
 
 @pytest.mark.parametrize("target", ["(S NN", "(S NN ) )", "(S ) NN", "NN NN NN", "(S (NP ) NN NN )"])
@@ -125,3 +155,37 @@ def test_a_malformed_file_stops_the_split(tmp_path):
 
 def test_read_trees_keeps_line_numbers():
     assert [line for line, _ in read_trees(MRG)] == [1, 8]
+
+
+def test_the_export_splits_words_in_the_graph_as_sentence_words():
+    """`export.parser.sentence_words_in_graph` (TensorFlow ops) gives `sentence_words` on the crafted
+    lines, on every whitespace character of `str.split()` between and around words, and on random
+    strings of whitespace, brackets and characters that are not whitespace."""
+    import random
+    import sys
+
+    import tensorflow as tf
+
+    from keras_transformer.export.parser import sentence_words_in_graph
+
+    spaces = [chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()]
+    lines = [line for line, _ in WORD_CASES] + [f"{space}a{space}(b{space}" for space in spaces]
+    alphabet = spaces + ["a", "(", ")", "\u200b", "\u2581", "\ufffd", "\x00", "\u180e", "\ufeff", "\u2603", "é"]
+    rng = random.Random(0)
+    lines += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(300)]
+    in_graph = sentence_words_in_graph(tf.constant(lines)).to_list()
+    assert [[word.decode() for word in words] for words in in_graph] == [sentence_words(line) for line in lines]
+
+
+def test_the_export_writes_a_tree_only_over_every_word():
+    """The export's tree writer equals `delinearize`, and writes "" rather than a tree over other
+    words when the tags and words differ in number (a sentence cut to the model's length)."""
+    import tensorflow as tf
+
+    from keras_transformer.export.parser import trees_from_targets
+
+    target, line = "(S NN VBD (PRN -LRB- UH -RRB- ) . )", "He\tsaid ( yes ) :)"
+    targets = [target, "(S NN VBD . )", target, ""]
+    lines = [line, line, "He said ( yes )", line]
+    trees = [tree.decode() for tree in trees_from_targets(tf.constant(targets), tf.constant(lines)).numpy()]
+    assert trees == [str(delinearize(target, line)), "", "", ""]

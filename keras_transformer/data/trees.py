@@ -20,6 +20,9 @@ is `)`:
 
 `delinearize(target, words)` puts the words back; for every cleaned tree,
 `delinearize(*reversed(linearize(tree)))` equals the tree.
+
+The words of a sentence to parse are `sentence_words(sentence)`, the one rule that the parser,
+its tree constraint and the export share (see `sentence_words`).
 """
 
 import re
@@ -41,6 +44,9 @@ PTB_LABELS = (
     "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP", "X",
 )
 EMPTY_TAG = "-NONE-"
+BRACKET_WORDS = {"(": "-LRB-", ")": "-RRB-"}
+"""How the treebank writes a bracket that is a word (or part of one): a tree line can hold no
+bare bracket outside its structure."""
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
@@ -190,14 +196,43 @@ def _linearize(tree, symbols):
     symbols.append(CLOSE)
 
 
+def tree_word(word):
+    """`word` as a tree writes it: each `(` as `-LRB-`, each `)` as `-RRB-` (`BRACKET_WORDS`)."""
+    for bracket, name in BRACKET_WORDS.items():
+        word = word.replace(bracket, name)
+    return word
+
+
+def sentence_words(sentence):
+    """The words of a tokenized sentence, as every parsing path counts them.
+
+    The sentence is split at whitespace as `str.split()` splits it (runs of any character
+    that `str.isspace()` calls whitespace: space, tab, NBSP, U+0085, U+3000, ...; no empty
+    word), and each word is written as a tree writes it (`tree_word`: `(` -> `-LRB-`, `)` ->
+    `-RRB-`, the treebank's own words for them). `Parser` feeds the model these words joined
+    by single spaces and puts them back into its trees; the exported parser splits in the
+    graph with the same rule (`export.parser.sentence_words_in_graph`). Whether the model's
+    tokenizer keeps each of them as one word is `TreeConstraint.kept_words`.
+
+    Example:
+
+    >>> sentence_words("He said\t( yes ) .")
+    ['He', 'said', '-LRB-', 'yes', '-RRB-', '.']
+    """
+    return [tree_word(word) for word in sentence.split()]
+
+
 def delinearize(target, words):
-    """The tree of a linearized `target` with `words` (lists or space-separated strings) put back.
+    """The tree of a linearized `target` with `words` put back.
+
+    `words` is a sentence (split by `sentence_words`) or a list of words (each written by
+    `tree_word`), so the tree's one-line form reads back as the same tree.
 
     Raises:
         TreeError: when `target` is not a well-formed bracketing with one tag per word.
     """
     symbols = target.split() if isinstance(target, str) else list(target)
-    words = words.split() if isinstance(words, str) else list(words)
+    words = sentence_words(words) if isinstance(words, str) else [tree_word(word) for word in words]
     stack = [Tree(ROOT, [])]
     position = 0
     for symbol in symbols:

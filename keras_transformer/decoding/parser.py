@@ -4,9 +4,13 @@ A `Parser` is a `Translator` whose search carries the `TreeConstraint` (every ou
 linearized tree over the sentence's words) and whose outputs get their words back
 (`data.trees.delinearize`): tokenized sentences in, one-line trees out, e.g.
 `(TOP (S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays)) (. .)))`.
+
+A sentence's words are `data.trees.sentence_words(sentence)` (whitespace-separated, `(` and
+`)` written `-LRB-` and `-RRB-`): the model reads them joined by single spaces, the constraint
+counts them, the tree holds them.
 """
 
-from keras_transformer.data.trees import delinearize
+from keras_transformer.data.trees import delinearize, sentence_words
 from keras_transformer.decoding.translator import Translator, translate_in_batches
 from keras_transformer.decoding.tree_constraint import TreeConstraint
 
@@ -37,7 +41,8 @@ class Parser:
         **options: the search settings (`SearchOptions.kwargs()`: beam size, α, offset).
 
     Call arguments:
-        sentences: a list of non-blank tokenized sentences.
+        sentences: a list of non-blank tokenized sentences (`check` rejects the lines it cannot
+            parse, naming the first).
         progress: optional `progress(done, total)` called after every batch.
 
     Returns:
@@ -55,14 +60,35 @@ class Parser:
         )
 
     def check(self, sentences, name="input"):
-        """Raise `ValueError` naming the first blank or over-long sentence (`"<name>, line 3: ..."`)."""
+        """Raise `ValueError` naming the first line that cannot be parsed (`"<name>, line 3: ..."`):
+        a blank line, a word that the tokenizer does not keep as one word (so the model would not
+        see the line's words; `TreeConstraint.kept_words`), a line longer than the model takes,
+        or one with more words than a `max_length` output can hold (its tree needs one tag per
+        word and EOS)."""
         sentences = list(sentences)
         check_not_blank(sentences, name)
-        cut = self.translator.cut_sources(sentences)
-        if cut:
-            index, pieces = cut[0]
-            limit = self.translator.max_source_length
-            raise ValueError(f"{name}, line {index + 1}: {pieces} pieces, longer than the model's {limit - 1}")
+        words = [sentence_words(sentence) for sentence in sentences]
+        distinct = sorted({word for line in words for word in line})
+        kept, starts = self.constraint.kept_words(self.translator.tokenizer, distinct)
+        unkept = {word: int(count) for word, keep, count in zip(distinct, kept.numpy(), starts.numpy()) if not keep}
+        limit = self.translator.max_source_length
+        pieces = self.translator.tokenizer.tokenize([" ".join(line) for line in words]).row_lengths().numpy()
+        max_length = self.translator.options.get("max_length")
+        for index, line in enumerate(words):
+            where = f"{name}, line {index + 1}"
+            for number, word in enumerate(line, start=1):
+                if word in unkept:
+                    count = unkept[word]
+                    what = "deletes it" if count == 0 else f"makes {count} words of it" if count > 1 else "moves its start"
+                    raise ValueError(f"{where}: word {number}, {word!r}: the tokenizer's normalisation {what} "
+                                     "(the tree must hold the line's words one for one)")
+            if pieces[index] > limit - 1:
+                raise ValueError(f"{where}: {pieces[index]} pieces, longer than the model's {limit - 1}")
+            if max_length is not None and len(line) + 1 > max_length:
+                raise ValueError(
+                    f"{where}: {len(line)} words, a tree of {len(line) + 1} tokens at least, "
+                    f"longer than max_length={max_length}"
+                )
 
     def linearized(self, sentences, progress=None):
         """The best linearized tree of each sentence (`(S (NP NNP ) ...`), and its score."""
@@ -77,8 +103,9 @@ class Parser:
                 progress(done, len(sentences))
             return outputs
 
-        lengths = [len(sentence.split()) for sentence in sentences]
-        return translate_in_batches(batch, sentences, self.translator.batch_size, lengths)
+        words = [sentence_words(sentence) for sentence in sentences]
+        texts = [" ".join(line) for line in words]
+        return translate_in_batches(batch, texts, self.translator.batch_size, [len(line) for line in words])
 
     def __call__(self, sentences, progress=None):
         sentences = list(sentences)

@@ -24,7 +24,13 @@ through one hook (`constraint=`); without it they are unchanged. Written in `ker
 runs wherever the searches run (every Keras backend).
 
 The word count comes from the source pieces: a SentencePiece piece that starts with `▁`
-starts a word, so `n` = the number of such pieces.
+starts a word, so `n` = the number of such pieces (and `layers.WordIndex`, through
+`word_kinds`, numbers the words by the same pieces). For that to be the count of the
+sentence's words (`data.trees.sentence_words`), the tokenizer must keep each word as one:
+its pieces start with the one piece that starts a word and hold no other. It does not for a
+word that its normaliser deletes (U+200B, U+FFFD, control characters) or splits (one
+holding `▁` or a zero-width space); `kept_words` finds them, and `decoding.Parser` rejects
+such a line before parsing (the export gives it the empty tree).
 """
 
 import numpy as np
@@ -104,6 +110,26 @@ class TreeConstraint:
         """The number of words of each source: int32 `(B,)` from `(B, S)` piece ids."""
         starts = ops.take(ops.convert_to_tensor(self.word_starts.astype(np.int32)), ops.cast(source_ids, "int32"), axis=0)
         return ops.sum(starts, axis=1)  # (B,)
+
+    def kept_words(self, tokenizer, words):
+        """Whether `tokenizer` keeps each word as one word: `(kept, starts)`, bool and int32 `(N,)`.
+
+        Args:
+            tokenizer: the run's `data.Tokenizer` (this constraint's vocabulary).
+            words: tf.string `(N,)` (or a list of `str`), single words (`data.trees.sentence_words`).
+
+        Returns:
+            `starts`: the number of pieces of each word that start a word (`source_words` counts
+            them); `kept`: `starts == 1` and the first piece is that one. TensorFlow ops, the same
+            eagerly (`decoding.Parser.check`) and in the exported graph.
+        """
+        import tensorflow as tf
+
+        ids = tokenizer.tokenize(tf.convert_to_tensor(words, tf.string))  # (N, None) ragged
+        is_start = tf.gather(tf.constant(self.word_starts.astype(np.int32)), ids)  # (N, None)
+        starts = tf.reduce_sum(is_start, axis=1)  # (N,)
+        first = tf.reduce_sum(is_start[:, :1], axis=1)  # (N,) 1 when the first piece starts a word
+        return tf.equal(starts, 1) & tf.equal(first, 1), starts
 
     def allowed(self, prefix_ids, index, words, limits):
         """Which ids may come next: bool `(N, V)`.

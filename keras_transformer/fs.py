@@ -15,7 +15,10 @@ Errors come back as `OSError`s (`FileNotFoundError`, `PermissionError`,
 
 Libraries that can only use a local file (CTranslate2) get one from `local_copy`; whole
 files are written atomically with `write_bytes` / `write_text` (a temporary name beside
-the target, then a rename), and directories with `publish_dir`.
+the target, then a rename). Directories and checkpoints are published under a claim
+(`claim`, `staging`, `publish`, `publish_dir`, `publish_prefix`): atomically on a local
+disk, and on object stores in an order that puts the file marking them complete last
+(see "How publishing works" below).
 
 Example:
 
@@ -32,7 +35,9 @@ import os
 import pathlib
 import posixpath
 import secrets
+import socket
 import tempfile
+import time
 
 import tensorflow as tf
 
@@ -303,21 +308,213 @@ def copy_tree(source, target):
     return as_path(target)
 
 
-def publish_dir(local_dir, target, replace=False):
-    """Move the finished local directory `local_dir` to `target` in one rename.
+# How publishing works (`claim`, `staging`, `publish`, `publish_dir`, `publish_prefix`).
+#
+# A writer first claims the name it will publish (`claim`): it writes its own claim file
+# `.<name>.claim-<random>` beside it, then lists the directory; if another writer's claim for
+# the same name is there (or the name exists), it withdraws. Of two writers that claim one
+# name at once, the one that lists second sees the other's claim, so at most one goes on
+# (both may withdraw). This needs a listing that shows every file whose write has returned:
+# true of local disks, `gs://` and `s3://` (strongly consistent listing) and `ram://`.
+# `tf.io.gfile` has no exclusive create (`gfile.mkdir` accepts an existing directory).
+#
+# The content is then written into a hidden directory beside the target
+# (`.<name>.tmp-<random>`) and published. On a local disk (a path or `file://`) publishing
+# is one rename(2): atomic, the target appears complete or not at all. Everywhere else a
+# directory rename moves object by object, so files move one by one in a fixed order: the
+# `last` files (the one that marks the content complete: `saved_model.pb`, `model.bin`, a
+# checkpoint's `.index`) after every other file. There the target's name can be listed
+# before it is complete (during the publish, or for good after a kill during it), but
+# whoever sees the `last` file sees every other file.
 
-    The tree is first copied beside `target` under a temporary name, so `target` never
-    holds half a tree; with `replace`, an existing `target` is removed just before the
-    rename. On any error the temporary copy is removed.
+CLAIM_KIND = "claim"  # `.<name>.claim-<random>`: a writer holds <name>
+STAGING_KIND = "tmp"  # `.<name>.tmp-<random>`: the content, while it is written
+
+
+def has_atomic_rename(path):
+    """Whether renaming a directory at `path` is one atomic step (a local disk: a path or `file://`)."""
+    return not is_url(path) or os.fspath(path).startswith("file://")
+
+
+def claim(path, exist_ok=False):
+    """Hold the name `path` for this writer alone; returns the claim file (pass it to `release`).
+
+    Raises:
+        FileExistsError: naming `path`, when another writer's claim holds it, or when it
+            exists and not `exist_ok`. This writer's claim is then removed.
     """
-    makedirs(parent(target))
-    temporary = temporary_name(target)
+    directory, base = parent(path), posixpath.basename(os.fspath(path).rstrip("/"))
+    makedirs(directory)
+    mine = temporary_name(path, CLAIM_KIND)
+    with os_errors(mine):
+        with gfile.GFile(os.fspath(mine), "wb") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.0f}\n".encode())
     try:
-        copy_tree(local_dir, temporary)
-        if replace and exists(target):
-            rmtree(target)
-        rename(temporary, target)
+        others = [entry for entry in listdir(directory)
+                  if entry.startswith(f".{base}.{CLAIM_KIND}-") and entry != name(mine)]
+        if others:
+            raise FileExistsError(errno.EEXIST, f"another writer holds it ({join(directory, others[0])})",
+                                  os.fspath(path))
+        if not exist_ok and exists(path):
+            raise FileExistsError(errno.EEXIST, "it exists", os.fspath(path))
     except BaseException:
-        discard(temporary)
+        discard(mine)
         raise
+    return mine
+
+
+def release(claim_file):
+    """Give up a claim made by `claim` (the name may be claimed again)."""
+    discard(claim_file)
+
+
+def claimed_names(directory):
+    """The names in `directory` that a writer's claim holds (published or not)."""
+    marker = f".{CLAIM_KIND}-"
+    return {entry[1:].rsplit(marker, 1)[0] for entry in listdir(directory)
+            if entry.startswith(".") and marker in entry} if isdir(directory) else set()
+
+
+@contextlib.contextmanager
+def staging(path, exist_ok=False, claimed=None):
+    """Claim `path` and yield a fresh hidden directory beside it to write its content in.
+
+    When the block ends (normally or not) the directory, whatever is left of it, and the
+    claim are removed; publish from inside the block (`publish`, `publish_prefix`). A
+    process killed inside the block leaves both behind (hidden names, which nothing reads);
+    the claim then holds `path` until removed by hand.
+
+    Args:
+        path: the name to publish.
+        exist_ok: see `claim`.
+        claimed: a claim on `path` already made with `claim` (then not claimed again).
+
+    Raises:
+        FileExistsError: see `claim`.
+    """
+    held = claimed or claim(path, exist_ok=exist_ok)
+    directory = temporary_name(path, STAGING_KIND)
+    try:
+        makedirs(directory)
+        yield directory
+    finally:
+        discard(directory)
+        release(held)
+
+
+def _files(directory):
+    """The files under `directory`, as "/"-joined paths relative to it, sorted."""
+    directory = os.fspath(directory).rstrip("/")
+    found = []
+    with os_errors(directory):
+        for walked, _, names in gfile.walk(directory):
+            relative = walked[len(directory):].strip("/")
+            for file_name in names:
+                if gfile.exists(os.fspath(join(walked, file_name))):  # ram:// also lists "a.b/c" as "a/.b/c"
+                    found.append(f"{relative}/{file_name}" if relative else file_name)
+    return sorted(found)
+
+
+def publish(staged, target, last=(), replace=False):
+    """Make the finished directory `staged` (beside `target`, from `staging`) appear as `target`.
+
+    On a local disk: one rename, atomic; with `replace`, the old `target` is first renamed
+    aside (`.<name>.old-<random>`) and removed after, so between the two renames `target`
+    is absent, never a mix. Elsewhere (`gs://`, `s3://`, `ram://`, ...): the files move one
+    by one, the `last` ones (paths relative to `staged`) after all others; with `replace`
+    the old `target` first moves aside the same way, its `last` files first. There a reader
+    that finds `target` without its `last` files must treat it as incomplete. On an error the
+    files moved so far are removed and an old `target` moved back.
+
+    Raises:
+        FileExistsError: if `target` exists and not `replace`.
+    """
+    last = tuple(last)
+    if exists(target) and not replace:
+        raise FileExistsError(errno.EEXIST, "it exists", os.fspath(target))
+    if has_atomic_rename(target):
+        old = temporary_name(target, "old") if exists(target) else None
+        if old is not None:
+            rename(target, old)
+        try:
+            rename(staged, target)
+        except BaseException:
+            if old is not None:
+                rename(old, target)  # the old one back
+            raise
+        if old is not None:
+            discard(old)
+        return as_path(target)
+    old = temporary_name(target, "old") if exists(target) else None
+    if old is not None:
+        try:
+            _move_files(target, old, last, last_first=True)
+        except BaseException:
+            _move_files(old, target, last)  # what had moved, back
+            raise
+    try:
+        _move_files(staged, target, last)
+    except BaseException:
+        _discard_tree(target, last)  # what was moved: never a partial target left behind
+        if old is not None:
+            _move_files(old, target, last)
+        raise
+    if old is not None:
+        discard(old)
     return as_path(target)
+
+
+def _move_files(source, target, last=(), last_first=False):
+    """Rename each file under `source` to the same place under `target`, the `last` files last
+    (or first, with `last_first`); then remove `source`."""
+    files = _files(source) if exists(source) else []
+    marking = [relative for relative in last if relative in files]
+    others = [relative for relative in files if relative not in last]
+    ordered = marking + others if last_first else others + marking
+    makedirs(target)
+    for relative in ordered:
+        makedirs(parent(join(target, relative)))
+        rename(join(source, relative), join(target, relative))
+    discard(source)
+
+
+def _discard_tree(path, last=()):
+    """`discard` the tree `path`, its `last` files first (so it never looks complete while removed)."""
+    for relative in last:
+        discard(join(path, relative))
+    discard(path)
+
+
+def publish_dir(local_dir, target, replace=False, last=()):
+    """Publish a copy of the finished local directory `local_dir` as `target` (see `publish`).
+
+    The tree is copied into a hidden directory beside `target` under a claim on `target`
+    (`staging`), then published: `target` never holds half a tree on a local disk, and
+    elsewhere its `last` files appear after every other file. On any error the copy is
+    removed and an existing `target` is untouched.
+
+    Raises:
+        FileExistsError: `target` exists and not `replace`, or another writer is publishing it.
+    """
+    with staging(target, exist_ok=replace) as staged:
+        copy_tree(local_dir, staged)
+        return publish(staged, target, last=last, replace=replace)
+
+
+def publish_prefix(staged_prefix, prefix, last_suffix=".index"):
+    """Publish the files `<staged_prefix>.*` as `<prefix>.*` (a TensorFlow checkpoint and the like).
+
+    The file ending in `last_suffix` moves after every other one; existing `<prefix>.*` files
+    are replaced, the one ending in `last_suffix` removed first. Each move is a rename (atomic
+    for each file on a local disk, a copy elsewhere), so a reader that finds
+    `<prefix><last_suffix>` finds every other file of the same write.
+    """
+    staged_name, target_dir = posixpath.basename(os.fspath(staged_prefix)), parent(prefix)
+    new = [os.fspath(path) for path in glob(f"{staged_prefix}.*")]
+    old = [os.fspath(path) for path in glob(f"{prefix}.*")]
+    for path in sorted(old, key=lambda path: not path.endswith(last_suffix)):
+        remove(path)
+    for path in sorted(new, key=lambda path: path.endswith(last_suffix)):
+        suffix = posixpath.basename(path)[len(staged_name):]
+        rename(path, join(target_dir, f"{posixpath.basename(os.fspath(prefix))}{suffix}"), overwrite=True)
+    return as_path(prefix)

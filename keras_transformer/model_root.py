@@ -3,44 +3,140 @@
     saved_models/<name>/        the model root (TF Serving's base path of model <name>)
         1/saved_model.pb        one directory per version, named by its integer
         2/saved_model.pb
-        <other entries>         ignored: not an integer name (e.g. a hidden `.tmp-<random>`)
+        .3.claim-<random>       an export writing version 3 holds the number (`fs.claim`)
+        .3.tmp-<random>/        ... and writes the version there before publishing it
+        <other entries>         ignored
+
+TF Serving (its `FileSystemStoragePathSource`) lists the base path's children (on `gs://`
+every object under it, cut at the first "/") and takes as a version each child whose whole
+name `strings::safe_strto64` parses: decimal digits, optionally a leading "-" and
+surrounding whitespace, within a signed 64-bit integer. Every other name is ignored, so a
+name that starts with "." never becomes a version. The toolkit's own versions are digits
+only (`list_versions`).
+
+`publish_version` writes a version: it claims the next free number (two exports at once get
+two numbers), writes the SavedModel under the hidden `.<n>.tmp-<random>`, then publishes it
+with `fs.publish`, `saved_model.pb` last. On a local disk the version appears complete in
+one rename. On an object store (`gs://`, `s3://`) its directory can be listed while its
+files are copied, and after a kill during that copy it stays without `saved_model.pb`;
+`saved_model.pb` is always the last file to appear, so a version that has it is complete.
+`resolve_saved_model` skips a version that lacks any of its files, with a warning.
 
 `export.export_saved_model` writes versions into a root; `decoding.SavedModelTranslator`
-and `evaluation.evaluate_saved_model` read a version, or a root's highest version.
+and `evaluation.evaluate_saved_model` read a version, or a root's highest complete version.
 `<name>` may be any path `keras_transformer.fs` knows (`gs://bucket/saved_models/name`).
 """
 
+import random
+import re
+import time
+
+from absl import logging
+
 from keras_transformer import fs
+
+SAVED_MODEL_FILE = "saved_model.pb"  # read first by a loader; published last
+VARIABLES_INDEX = "variables/variables.index"
+_DATA_SHARD = re.compile(r"variables\.data-\d+-of-(\d+)$")
 
 
 def list_versions(model_root):
-    """The integer versions in `saved_models/<name>`, sorted (other entries are ignored)."""
+    """The integer versions in `saved_models/<name>`, sorted (other entries are ignored), complete or not."""
     if not fs.isdir(model_root):
         return []
     return sorted(int(entry) for entry in fs.listdir(model_root) if entry.isdigit() and fs.isdir(fs.join(model_root, entry)))
 
 
 def next_version(model_root):
-    """The highest existing version + 1, or 1 (any entry with an integer name counts)."""
-    taken = [int(entry) for entry in fs.listdir(model_root) if entry.isdigit()] if fs.isdir(model_root) else []
+    """The highest version + 1, or 1: above every integer entry and every number an export holds (`fs.claim`)."""
+    if not fs.isdir(model_root):
+        return 1
+    taken = [int(entry) for entry in fs.listdir(model_root) if entry.isdigit()]
+    taken += [int(held) for held in fs.claimed_names(model_root) if held.isdigit()]
     return max(taken) + 1 if taken else 1
 
 
-def resolve_saved_model(path):
-    """The SavedModel directory `path` names: itself, or the highest version of a model root.
+def missing_files(saved_model_dir):
+    """What a SavedModel directory lacks: `saved_model.pb`, the variables' index, a data shard; [] if complete."""
+    missing = [relative for relative in (SAVED_MODEL_FILE, VARIABLES_INDEX)
+               if not fs.isfile(fs.join(saved_model_dir, relative))]
+    shards = [fs.name(path) for path in fs.glob(fs.join(saved_model_dir, "variables", "variables.data-*"))]
+    counts = {int(match.group(1)) for match in map(_DATA_SHARD.match, shards) if match}
+    expected = [f"variables.data-{index:05d}-of-{count:05d}" for count in counts for index in range(count)]
+    missing += [f"variables/{shard}" for shard in expected if shard not in shards]
+    if not shards:
+        missing.append("variables/variables.data-*")
+    return missing
+
+
+def claim_version(model_root, version=None, attempts=50):
+    """Hold a version number of `model_root` for one export: `(number, claim file)` (see `fs.claim`).
+
+    Without `version`, the next free number (`next_version`); a number another export
+    claims at the same moment is left to it and the next one tried.
 
     Raises:
-        FileNotFoundError: naming `path` when it is neither.
+        FileExistsError: `version` exists or another export holds it.
+    """
+    for attempt in range(attempts):
+        number = version if version is not None else next_version(model_root)
+        try:
+            return number, fs.claim(fs.join(model_root, str(number)))
+        except FileExistsError as error:
+            if version is not None:
+                raise FileExistsError(
+                    f"Version {version} of {model_root} cannot be written: {error.strerror}. Versions are never "
+                    f"overwritten; choose another version, or none for the next free one."
+                ) from None
+            time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # two exports that collided part ways
+    raise RuntimeError(f"Could not claim a version number in {model_root} in {attempts} attempts")
+
+
+def publish_version(model_root, write, version=None):
+    """Write a SavedModel with `write(directory)` and publish it as a version of `model_root`.
+
+    The number is claimed first (`claim_version`); `write` fills a hidden directory beside the
+    versions; the version is checked for its files (`missing_files`) and published with
+    `saved_model.pb` last (`fs.publish`). On any error the hidden directory and the claim are
+    removed and no version appears.
+
+    Returns:
+        the version directory (a `Path`, or a URL).
+    """
+    number, held = claim_version(model_root, version)
+    target = fs.join(model_root, str(number))
+    with fs.staging(target, claimed=held) as staged:
+        write(staged)
+        missing = missing_files(staged)
+        if missing:
+            raise FileNotFoundError(f"The SavedModel written to {staged} lacks {', '.join(missing)}")
+        return fs.publish(staged, target, last=(SAVED_MODEL_FILE,))
+
+
+def resolve_saved_model(path):
+    """The SavedModel directory `path` names: itself, or the highest complete version of a model root.
+
+    A version that lacks a file (`missing_files`: one being published to an object store,
+    or left by a copy that stopped) is skipped with a warning naming it.
+
+    Raises:
+        FileNotFoundError: naming `path` when it is neither, or when it or every version is incomplete.
     """
     path = fs.as_path(path)
-    if fs.isfile(fs.join(path, "saved_model.pb")):
+    if fs.isfile(fs.join(path, SAVED_MODEL_FILE)):
+        missing = missing_files(path)
+        if missing:
+            raise FileNotFoundError(f"{path} is an incomplete SavedModel: it lacks {', '.join(missing)}")
         return path
     versions = list_versions(path)
     if not versions:
         raise FileNotFoundError(
             f"{path} is not a SavedModel (no saved_model.pb) nor a model root holding integer versions"
         )
-    latest = fs.join(path, str(versions[-1]))
-    if not fs.isfile(fs.join(latest, "saved_model.pb")):
-        raise FileNotFoundError(f"{latest}, the highest version of {path}, is not a SavedModel (no saved_model.pb)")
-    return latest
+    for version in reversed(versions):
+        candidate = fs.join(path, str(version))
+        missing = missing_files(candidate)
+        if not missing:
+            return candidate
+        logging.warning("Skipped version %s of %s: it lacks %s", version, path, ", ".join(missing))
+    raise FileNotFoundError(f"No complete version in {path}: every version lacks saved_model.pb or its variables")

@@ -54,6 +54,7 @@ from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
 QUANTIZATIONS = ("float32", "int8")
 VMAP_FILE = "vmap.txt"  # CTranslate2's name for a model's vocabulary map
+MODEL_FILE = "model.bin"  # the weights; published last, so a directory that has it is complete
 # Keras activation name -> name of the `ctranslate2.specs.Activation` member.
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH", "swish": "SWISH", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -242,20 +243,27 @@ def vocabulary(tokenizer):
     return pieces
 
 
-def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None):
+def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None, replace=True):
     """Write `model` (float32) as a CTranslate2 model directory.
 
     Args:
         model: a float32 `Transformer`.
         pieces: the vocabulary, tokens in id order (see `vocabulary`).
-        output_dir: the directory to write; replaced if it exists.
+        output_dir: the directory to write, published when complete (`fs.publish_dir`): on a
+            local disk with one rename; elsewhere (`gs://`) file by file, `model.bin` last,
+            so a directory that has `model.bin` is complete.
         quantization: "float32" or "int8".
         files: paths of files to copy into the directory (e.g. the SentencePiece model).
         vocabulary_map: None, or a `decoding.shortlist.VocabularyMap`, written as the
             model's `vmap.txt` (translate with `use_vmap=True`).
+        replace: replace an existing `output_dir` (on a local disk it is renamed aside and
+            removed once the new one is in place; elsewhere its `model.bin` is removed first).
 
     Returns:
         `output_dir` (a `Path`, or the URL as given).
+
+    Raises:
+        FileExistsError: `output_dir` exists and not `replace`, or another export is writing it.
     """
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")
@@ -270,7 +278,7 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(scratch)
-        return fs.publish_dir(scratch, output_dir, replace=True)
+        return fs.publish_dir(scratch, output_dir, replace=replace, last=(MODEL_FILE,))
 
 
 def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint=None, average_last=None, overwrite=False,
@@ -299,7 +307,7 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
     model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32")
     with fs.local_copy(fs.join(model_dir, TOKENIZER_FILE)) as tokenizer_file:
         return save_ctranslate2(model, vocabulary(tokenizer), output_dir, quantization=quantization,
-                                files=[tokenizer_file], vocabulary_map=vocabulary_map)
+                                files=[tokenizer_file], vocabulary_map=vocabulary_map, replace=overwrite)
 
 
 def translate_ctranslate2(

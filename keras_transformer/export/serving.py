@@ -12,18 +12,20 @@ Layout (what TF Serving's file system source expects, one integer directory per 
             assets.extra/export_info.json
         2/ ...
 
-A version is written into a hidden temporary directory beside the versions
-(`saved_models/<name>/.tmp-<random>`, which TF Serving ignores: it is not an integer),
-checked (warmup requests replayed through the loaded copy, op allowlist), and only then
-renamed to its integer name, so a server never sees a partial version and a failed
-export leaves no version directory behind. A write that fails (a full disk, a quota, a
-file-size limit) raises `ExportError`, one line naming the model directory and the file.
+An export first claims its version number (two exports at once get two numbers), writes
+the version into a hidden directory beside the versions (`saved_models/<name>/.<n>.tmp-<random>`,
+which TF Serving ignores: it is not an integer), checks it (warmup requests replayed through
+the loaded copy, op allowlist), and only then publishes it (`model_root.publish_version`):
+on a local disk with one rename, so a server never sees a partial version; on an object store
+(`gs://`) file by file with `saved_model.pb` last, so a version directory that has
+`saved_model.pb` is complete. A failed export removes its partial copy and publishes
+nothing. A write that fails (a full disk, a quota, a file-size limit) raises `ExportError`,
+one line naming the model directory and the file.
 """
 
 import dataclasses
 import json
 import os
-import secrets
 import shlex
 import tempfile
 from pathlib import Path
@@ -34,7 +36,7 @@ from absl import logging
 from keras_transformer import fs
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.layers.checks import check_positive_int
-from keras_transformer.model_root import next_version
+from keras_transformer.model_root import next_version, publish_version
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
@@ -42,7 +44,6 @@ from keras_transformer.runs import read_run_config
 
 TOKENIZER_ASSET = "spm.model"
 EXPORT_INFO_FILE = "export_info.json"
-TMP_PREFIX = ".tmp-"
 # The newest released model server (TensorFlow 2.20 with TensorFlow Text 2.20), the runtime
 # the test suite loads exports in (tests/runtimes.py); docs/serving.md lists the others.
 SERVING_IMAGE = "tensorflow/serving:2.20.0"
@@ -258,16 +259,19 @@ def export_saved_model(
 ):
     """Export `translator` as `<export_dir>/<name>/<version>/`, atomically.
 
-    Steps, all inside `<export_dir>/<name>/.tmp-<random>/`: `tf.saved_model.save` with the
+    Steps: claim the version number (`model_root.claim_version`), then, all inside
+    `<export_dir>/<name>/.<version>.tmp-<random>/`: `tf.saved_model.save` with the
     signatures `serving_default` (= `translate`), `translate`, `translate_ids`, `translate_nbest` and `score`
     and the SentencePiece model as an asset; warmup requests
     (`assets.extra/tf_serving_warmup_requests`) and `assets.extra/export_info.json`;
     with `verify`, load the copy and replay every warmup request through it; with
-    `check_ops`, refuse ops the stock model server lacks (`ops_check`). Then one
-    rename publishes the version. On any error (a full disk included) the temporary
-    directory is removed and the existing versions are untouched. `export_dir` may be
-    any `keras_transformer.fs` path (`gs://...`); there the rename is atomic as far as
-    the filesystem makes it (on an object store it copies, object by object).
+    `check_ops`, refuse ops the stock model server lacks (`ops_check`). Then the version is
+    published (`model_root.publish_version`): on a local disk one rename, atomic; on an
+    object store (`gs://`) file by file, `saved_model.pb` last, so the version's directory
+    can be listed before it is complete but has `saved_model.pb` only once it is. On any
+    error (a full disk included) the temporary directory and the claim are removed and the
+    existing versions are untouched; a killed export leaves them behind (hidden names TF
+    Serving and `resolve_saved_model` ignore; the number stays taken until they are removed).
 
     Args:
         translator: a `TranslationModule`.
@@ -301,20 +305,20 @@ def export_saved_model(
             f"Version {version} of {name!r} already exists at {fs.join(model_root, str(version))}; versions are never "
             f"overwritten. Choose another version, or none to export as version {next_version(model_root)}."
         )
-    directory = fs.makedirs(fs.join(model_root, f"{TMP_PREFIX}{secrets.token_hex(4)}"))
-    try:
+    results = {}
+
+    def write(directory):
         try:
-            ops = _save(translator, directory, name, warmup_sentences, verify, check_ops,
-                        progress or (lambda line: None))
+            results["ops"] = _save(translator, directory, name, warmup_sentences, verify, check_ops,
+                                   progress or (lambda line: None))
         except OSError as error:
             raise ExportError(
                 f"Could not export {name!r} to {model_root}: {_reason(error)}. The partial export was removed and "
                 "no version was published: run the same command once the cause is fixed."
             ) from None
-        target = _publish(directory, model_root, version)
-    except BaseException:
-        fs.discard(directory)
-        raise
+
+    target = publish_version(model_root, write, version)
+    ops = results["ops"]
     try:
         base_path = model_config_base_path or f"/models/{name}"
         config_path = write_model_config(fs.join(model_root, MODEL_CONFIG_FILE), {name: base_path})
@@ -337,22 +341,3 @@ def _reason(error):
     if error.filename is not None and fs.name(error.filename) not in reason:
         reason = f"{reason}: {error.filename}"
     return reason
-
-
-def _publish(directory, model_root, version, attempts=20):
-    """Rename the finished `directory` to its version; another export may take a number first."""
-    for _ in range(attempts):
-        number = version if version is not None else next_version(model_root)
-        target = fs.join(model_root, str(number))
-        if fs.exists(target):
-            if version is not None:
-                raise FileExistsError(f"Version {version} appeared at {target} during the export; it was not replaced.")
-            continue
-        try:
-            fs.rename(directory, target)  # fails if another export created `target` meanwhile
-        except OSError:
-            if version is not None or not fs.exists(target):
-                raise
-            continue
-        return target
-    raise RuntimeError(f"Could not find a free version number in {model_root}")

@@ -192,7 +192,11 @@ def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
     Args:
         model_dir: run directory (with `config.json` and `checkpoints/`).
         last: how many checkpoints; defaults to the run config's `average_checkpoints`.
-        output_dir: defaults to `<model_dir>/averaged`.
+        output_dir: defaults to `<model_dir>/averaged`. The checkpoint is written beside it
+            under a claim (`fs.staging`; a second averaging into the same prefix at once is
+            refused) and published with `fs.publish_prefix`: data files first, `.index` last
+            (an existing `.index` of that prefix is removed first), so a reader that finds the
+            `.index` finds the data it lists. A failed write leaves the previous files.
 
     Returns:
         `(path of the new checkpoint, list of the averaged checkpoint paths)`.
@@ -206,5 +210,8 @@ def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
     model = average_checkpoints(Transformer(config), paths)
     step = runs.checkpoint_step(paths[-1])
     output_dir = output_dir or runs.averaged_dir(model_dir)
-    path = write_checkpoint(tf.train.Checkpoint(model=model), fs.join(output_dir, f"{runs.CHECKPOINT_PREFIX}-{step}"))
-    return path, paths
+    prefix = fs.join(output_dir, f"{runs.CHECKPOINT_PREFIX}-{step}")
+    with fs.staging(prefix, exist_ok=True) as staged:  # written aside, then published with its .index last
+        write_checkpoint(tf.train.Checkpoint(model=model), fs.join(staged, fs.name(prefix)))
+        fs.publish_prefix(fs.join(staged, fs.name(prefix)), prefix)
+    return str(prefix), paths

@@ -17,7 +17,9 @@ layout itself. `<run>` may be any path `keras_transformer.fs` knows (`gs://bucke
 
 A checkpoint that cannot be read (truncated data, a missing index, an unreadable
 `checkpoint` state file) raises `UnreadableCheckpointError`, one line naming the file and
-the reason.
+the reason. Whether a failed read means the checkpoint's files are bad (`damage_reason`) or
+something else failed (the storage, a permission, a model that does not match) decides
+whether training may set the checkpoint aside (`training.checkpoints`).
 """
 
 import json
@@ -51,9 +53,57 @@ class UnreadableCheckpointError(ValueError):
     """A checkpoint, or the checkpoint state file, cannot be read (missing, truncated or corrupt files)."""
 
 
-# What reading a damaged checkpoint raises: a truncated data file gives IndexError
-# ("Read less bytes than requested"), a missing or cut index a tf.errors.OpError.
+class CheckpointReadError(RuntimeError):
+    """A checkpoint could not be read, and not because its files are bad: the storage failed
+    (unavailable, a permission, a deadline) or the checkpoint does not match the model (a
+    shape, a dtype, an optimizer). Nothing is set aside for it."""
+
+
+# What reading a checkpoint can raise: a truncated data file gives IndexError ("Read less
+# bytes than requested"); a missing or cut index, and any failure of the storage, a
+# tf.errors.OpError. Only some of them mean damage (`damage_reason`).
 READ_ERRORS = (tf.errors.OpError, IndexError)
+
+# What TensorFlow's checkpoint reader says of an index or data file whose bytes are bad; it
+# reports these (and any other failure, a storage one included) as a plain UNKNOWN OpError.
+_CORRUPT_MESSAGES = ("too short to be an sstable", "Perhaps the file is corrupt", "Checksum does not match",
+                     "Unable to open table file")
+
+
+def damage_reason(path, error):
+    """Why `error`, raised reading the checkpoint at prefix `path`, means its files are bad; None when it does not.
+
+    Damage: a data file shorter than the index says (IndexError), `DataLossError`, a
+    corrupt index or data file, or (for a `NotFoundError` or an unknown reader error) an
+    index or data file that is not there. Anything else (UnavailableError,
+    PermissionDeniedError, DeadlineExceededError, a shape, dtype or object mismatch) is
+    not damage.
+
+    Raises:
+        OSError: listing the checkpoint's files failed (then it is not known to be damaged).
+    """
+    if isinstance(error, IndexError):
+        return unreadable_reason(error)
+    if isinstance(error, tf.errors.DataLossError):
+        return unreadable_reason(error)
+    if type(error) in (tf.errors.NotFoundError, tf.errors.OpError, tf.errors.UnknownError):
+        missing = missing_checkpoint_files(path)
+        if missing:
+            return "its index file is missing" if missing[0].endswith(".index") else f"{missing[0]} is missing"
+        if type(error) is not tf.errors.NotFoundError and any(text in str(error) for text in _CORRUPT_MESSAGES):
+            return unreadable_reason(error)
+    return None
+
+
+def missing_checkpoint_files(path):
+    """The files of the checkpoint at prefix `path` that are not there: its index, or data shards (`<path>.data-i-of-n`)."""
+    if not fs.exists(f"{path}.index"):
+        return [f"{path}.index"]
+    shards = [str(name) for name in fs.glob(f"{path}.data-*")]
+    if not shards:
+        return [f"{path}.data-00000-of-?????"]
+    total = int(shards[0].rsplit("-of-", 1)[1])
+    return [name for name in (f"{path}.data-{i:05d}-of-{total:05d}" for i in range(total)) if name not in shards]
 
 
 def unreadable_reason(error):
@@ -194,9 +244,12 @@ def checkpoint_times(directory, paths):
 def checkpoint_state(directory):
     """The `CheckpointState` of a checkpoint directory (its `checkpoint` file), or None when it has none.
 
+    Paths in it are full paths (the file keeps them relative to `directory`).
+
     Raises:
-        UnreadableCheckpointError: the state file exists but cannot be read or parsed
+        UnreadableCheckpointError: the state file's content does not parse
             (`tf.train.get_checkpoint_state` would log a warning and report no checkpoint).
+        OSError: the state file could not be read (the storage failed; it is not damaged).
     """
     from google.protobuf import text_format
     from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
@@ -204,11 +257,20 @@ def checkpoint_state(directory):
     path = fs.join(directory, CHECKPOINT_STATE_FILE)
     if not fs.exists(path):
         return None
+    state = CheckpointState()
     try:
-        text_format.Parse(fs.read_text(path), CheckpointState())
-    except (OSError, UnicodeDecodeError, text_format.ParseError) as error:
+        text_format.Parse(fs.read_bytes(path).decode("utf-8"), state)
+        if not state.model_checkpoint_path:
+            raise ValueError("it names no latest checkpoint")
+    except (UnicodeDecodeError, text_format.ParseError, ValueError) as error:
         raise UnreadableCheckpointError(f"Cannot read the checkpoint state file {path}: {error}") from None
-    return tf.train.get_checkpoint_state(str(directory))
+
+    def full(prefix):
+        return prefix if prefix.startswith("/") or fs.is_url(prefix) else str(fs.join(directory, prefix))
+
+    state.model_checkpoint_path = full(state.model_checkpoint_path)
+    state.all_model_checkpoint_paths[:] = [full(prefix) for prefix in state.all_model_checkpoint_paths]
+    return state
 
 
 def latest_checkpoint(model_dir):

@@ -82,7 +82,10 @@ class Fault:
         if self.error == KILL:
             print(f"faulty_fs: killing the process at {call} {path} ({self.when} the call)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        raise self.error(None, None, f"injected {self.error.__name__} at {call} {path}")
+        message = f"injected {self.error.__name__} at {call} {path}"
+        if self.error is tf.errors.OpError:  # the base class: what TensorFlow's checkpoint reader raises for most errors
+            raise tf.errors.OpError(None, None, message, tf.errors.UNKNOWN)
+        raise self.error(None, None, message)
 
     def to_dict(self):
         error = self.error if self.error == KILL else self.error.__name__

@@ -1,46 +1,66 @@
 """Checkpoints that never strand a run, and checkpoint averaging (paper section 6.1).
 
-`restore_newest_readable` resumes from the newest checkpoint that can be read: a damaged
-one (truncated data, a missing index, an unreadable `checkpoint` state file) is reported
-in one warning line, moved aside into `<checkpoints>/unreadable/<time>/` (never deleted),
-and the next older one is tried. `save_checkpoint` turns a failed save (a full disk, a
-quota) into one error naming the path, with the previous checkpoint and the state file
-untouched, so the same command resumes from them. Averaging: the last 5 checkpoints for
-base, 20 for big.
+`restore_newest_readable` resumes from the newest checkpoint that can be read. Only damage
+(`runs.damage_reason`: truncated data, a missing index or data file, corrupt bytes) makes it
+skip a checkpoint: it is reported in one warning line and, by the training run's chief,
+moved aside into `<checkpoints>/unreadable/<time>/` (never deleted), and the next older one
+is tried. Any other failure (the storage unavailable, a permission, a deadline, a checkpoint
+that does not match the model) stops with one line naming the checkpoint and the error,
+and nothing is moved. The state file is never the only record: without one (or with one
+that does not parse) the `ckpt-<step>` files on disk are used, and the replacement state
+file is written before anything is moved. `check_workers_restored_alike` then compares what every
+worker restored. `save_checkpoint` turns a failed save (a full disk, a quota) into one
+error naming the path and the checkpoints kept, never removing the one the state file
+lists. Averaging: the last 5 checkpoints for base, 20 for big.
 """
 
 import collections
 import re
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs, runs
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.runs import UnreadableCheckpointError, average_checkpoints, checkpoint_paths
+from keras_transformer.runs import (
+    CheckpointReadError,
+    UnreadableCheckpointError,
+    average_checkpoints,
+    checkpoint_paths,
+)
 
 UNREADABLE_DIR = "unreadable"  # under the checkpoint directory: damaged checkpoints, set aside
 
+# What restoring a checkpoint can raise: read errors, and a checkpoint that does not match
+# the objects restored into (ValueError: a shape; AssertionError: objects not found).
+RESTORE_ERRORS = (*runs.READ_ERRORS, ValueError, AssertionError)
+
 
 class CheckpointSaveError(OSError):
-    """A checkpoint could not be written; the previous checkpoints and the state file are intact."""
+    """A checkpoint could not be written; the message names the checkpoints kept."""
+
+
+class WorkersDisagreeError(RuntimeError):
+    """The workers of a run restored different steps or weights."""
 
 
 def restore_newest_readable(checkpoint, directory, manager=None, restore=None):
     """Restore `checkpoint` from the newest readable checkpoint in `directory`.
 
-    Tries the checkpoints of the state file (or, when the state file cannot be read, the
-    `ckpt-<step>` files found in `directory`), newest first. One that cannot be read
-    (`runs.READ_ERRORS`) is skipped with a one-line warning naming it and the reason. A
-    checkpoint that reads but does not match `checkpoint` (another architecture) is an
-    error, not damage.
+    Tries the checkpoints the state file lists (or, when there is no state file or it
+    does not parse, the `ckpt-<step>` prefixes on disk that have an index), newest first.
+    One whose files are damaged (`runs.damage_reason`) is skipped with a one-line warning
+    naming it and the reason. Any other error stops at once (`CheckpointReadError`): a
+    transient storage error never makes an older checkpoint the one training continues
+    from.
 
-    With `manager` (the `tf.train.CheckpointManager` over `directory`, given by the one
-    process that writes it — the chief), the skipped checkpoints and an unreadable state
-    file are moved into `<directory>/unreadable/<time>/`, and the state file and
-    `manager` are rewritten to list the remaining checkpoints. Nothing is moved when no
-    checkpoint can be read.
+    With `manager` (the `tf.train.CheckpointManager` over `directory`, given only by the
+    training run's chief), the state file and `manager` are then rewritten to list the
+    remaining checkpoints, and only after that are the skipped checkpoints moved into
+    `<directory>/unreadable/<time>/` (an unreadable state file is copied there before it
+    is replaced). Nothing is moved when no checkpoint can be read, or without `manager`.
 
     Args:
         checkpoint: the `tf.train.Checkpoint` to restore (all its objects must match).
@@ -53,28 +73,46 @@ def restore_newest_readable(checkpoint, directory, manager=None, restore=None):
         the restored checkpoint prefix, or None when `directory` holds no checkpoint.
 
     Raises:
-        UnreadableCheckpointError: there are checkpoints, but none can be read (one line
-            naming the directory and each checkpoint's reason).
+        UnreadableCheckpointError: there are checkpoints, but every one is damaged (one
+            line naming the directory and each checkpoint's reason).
+        CheckpointReadError: a checkpoint or the state file could not be read for a
+            reason other than damage (one line naming it and the error).
     """
     state_error = None
     try:
         state = runs.checkpoint_state(directory)
-        candidates = list(state.all_model_checkpoint_paths) if state else []
     except UnreadableCheckpointError as error:
-        state_error = error
+        state, state_error = None, error
+    except OSError as error:
+        raise CheckpointReadError(f"Cannot read the checkpoint state file in {directory}: {error}. "
+                                  + _NOTHING_MOVED) from None
+    if state is not None:
+        candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    else:
         candidates = checkpoints_on_disk(directory)
-        logging.warning("%s; trying the %d checkpoints found beside it", error, len(candidates))
+        if state_error:
+            logging.warning("%s; trying the %d checkpoints found beside it", state_error, len(candidates))
+        elif candidates:
+            logging.warning("No checkpoint state file in %s; trying the %d checkpoints found there, newest first",
+                            directory, len(candidates))
     skipped = []
     for path in reversed(candidates):
         try:
             (restore or _restore_all)(checkpoint, str(path))
-        except runs.READ_ERRORS as error:
-            skipped.append((path, runs.unreadable_reason(error)))
+        except RESTORE_ERRORS as error:
+            try:
+                reason = runs.damage_reason(path, error)
+            except OSError as listing:
+                raise CheckpointReadError(f"Cannot restore checkpoint {path}: {_reason(error)} (and listing its "
+                                          f"files failed: {listing}). {_NOTHING_MOVED}") from None
+            if reason is None:
+                raise CheckpointReadError(f"Cannot restore checkpoint {path}: {type(error).__name__}: "
+                                          f"{_reason(error)}. It is not damaged: {_NOTHING_MOVED}") from None
+            skipped.append((path, reason))
             continue
         aside = None
-        if manager is not None and (skipped or state_error):
-            aside = _set_aside(directory, [skipped_path for skipped_path, _ in skipped], state_error is not None)
-            _record_remaining(manager, [p for p in candidates if p not in dict(skipped)])
+        if manager is not None and (skipped or state is None or list(manager.checkpoints) != candidates):
+            aside = _repair(directory, manager, candidates, [prefix for prefix, _ in skipped], state_error)
         for skipped_path, reason in skipped:
             where = f"; moved it to {aside}" if aside else ""
             logging.warning("Skipped unreadable checkpoint %s (%s)%s; trying the next older one", skipped_path, reason,
@@ -88,32 +126,64 @@ def restore_newest_readable(checkpoint, directory, manager=None, restore=None):
     return None
 
 
+_NOTHING_MOVED = "nothing was moved; run the same command again once the cause is fixed."
+
+
+def checkpoint_manager(checkpoint, directory, **kwargs):
+    """`tf.train.CheckpointManager(checkpoint, directory, **kwargs)`, also over a state file that is not text.
+
+    TensorFlow's constructor fails on such a file (it treats any other unreadable state file
+    as none); the manager then starts with no checkpoint listed, as it does for those, and
+    `restore_newest_readable` rebuilds its list from the checkpoints on disk.
+    """
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    try:
+        return tf.train.CheckpointManager(checkpoint, str(directory), **kwargs)
+    except UnicodeDecodeError:
+        read_state = checkpoint_management.get_checkpoint_state
+        checkpoint_management.get_checkpoint_state = lambda *args, **kwargs: None
+        try:
+            return tf.train.CheckpointManager(checkpoint, str(directory), **kwargs)
+        finally:
+            checkpoint_management.get_checkpoint_state = read_state
+
+
 def _restore_all(checkpoint, path):
     checkpoint.restore(path).assert_existing_objects_matched()
 
 
 def checkpoints_on_disk(directory):
-    """Prefixes of the `ckpt-<step>` checkpoints whose files are in `directory`, oldest first."""
+    """Prefixes of the `ckpt-<step>` checkpoints in `directory` that have an index, oldest first.
+
+    A prefix with data but no index (a save killed before its index was written) is not
+    one; neither is `ckpt-<step>_temp/`, the scratch directory of an interrupted save.
+    """
     steps = {}
-    for path in fs.glob(fs.join(directory, f"{runs.CHECKPOINT_PREFIX}-*")):
-        prefix = str(path).split(".index", 1)[0].split(".data-", 1)[0]
+    for path in fs.glob(fs.join(directory, f"{runs.CHECKPOINT_PREFIX}-*.index")):
+        prefix = str(path)[: -len(".index")]
         try:
             steps[runs.checkpoint_step(prefix)] = prefix
         except ValueError:
-            continue  # e.g. ckpt-7_temp, the scratch directory of an interrupted save
+            continue
     return [steps[step] for step in sorted(steps)]
 
 
-def _set_aside(directory, prefixes, state_file):
-    """Move the files of `prefixes` (and the state file) into a fresh `<directory>/unreadable/<time>/`."""
-    aside = fs.join(directory, UNREADABLE_DIR, time.strftime("%Y%m%d-%H%M%S"))
-    while fs.exists(aside):
-        aside = fs.join(directory, UNREADABLE_DIR, f"{fs.name(aside)}-1")
-    fs.makedirs(aside)
-    files = [path for prefix in prefixes for path in fs.glob(f"{prefix}.*")]
-    if state_file:
-        files.append(fs.join(directory, runs.CHECKPOINT_STATE_FILE))
-    for path in files:
+def _repair(directory, manager, candidates, skipped, state_error):
+    """Rewrite the state file to list the readable checkpoints, then move the `skipped` ones (and a copy of
+    an unreadable state file) aside; returns the directory they went to, or None when nothing was moved."""
+    aside = None
+    if skipped or state_error:
+        aside = fs.join(directory, UNREADABLE_DIR, time.strftime("%Y%m%d-%H%M%S"))
+        while fs.exists(aside):
+            aside = fs.join(directory, UNREADABLE_DIR, f"{fs.name(aside)}-1")
+        fs.makedirs(aside)
+    if state_error:  # kept as it was; the replacement below takes its place in one rename
+        state_file = fs.join(directory, runs.CHECKPOINT_STATE_FILE)
+        fs.write_bytes(fs.join(aside, runs.CHECKPOINT_STATE_FILE), fs.read_bytes(state_file))
+    remaining = [prefix for prefix in candidates if prefix not in skipped and fs.exists(f"{prefix}.index")]
+    _record_remaining(manager, remaining)
+    for path in [path for prefix in skipped for path in fs.glob(f"{prefix}.*")]:
         fs.rename(path, fs.join(aside, str(path).rsplit("/", 1)[-1]))
     return aside
 
@@ -135,32 +205,107 @@ def _record_remaining(manager, prefixes):
     manager._record_state()
 
 
-def save_checkpoint(manager, step):
-    """`manager.save(checkpoint_number=step)`; a failed save raises one line naming the path.
+def check_workers_restored_alike(strategy, restored, step, variables):
+    """Stop unless every replica of `strategy` restored the same checkpoint, step and variable values.
 
-    The files a failed save left (never those of a checkpoint the state file lists) are
-    removed; the previous checkpoints and the state file are untouched, so the same
-    command resumes from them.
+    Each replica's `(restored step, step, checksum of variables)` is all-gathered (a
+    collective: every worker calls this at the same point). The checksum sums the bits of
+    every value, so it is exact and independent of the order of the sum. Nothing is checked
+    under a single replica.
+
+    Args:
+        strategy: the run's `tf.distribute.Strategy`.
+        restored: the restored checkpoint prefix, or None.
+        step: the step variable (`optimizer.iterations`).
+        variables: the variables to compare (weights, optimizer state, input position).
+
+    Raises:
+        WorkersDisagreeError: one line naming what each worker restored.
+    """
+    if strategy.num_replicas_in_sync == 1:
+        return
+    restored_step = runs.checkpoint_step(restored) if restored else -1
+
+    @tf.function
+    def gather():
+        def replica_fn():
+            local = tf.stack([tf.constant(restored_step, tf.int64), tf.cast(step, tf.int64), _checksum(variables)])
+            return tf.distribute.get_replica_context().all_gather(local[tf.newaxis], axis=0)
+
+        return strategy.run(replica_fn)
+
+    rows = np.asarray(strategy.experimental_local_results(gather())[0])
+    if (rows == rows[0]).all():
+        return
+    found = "; ".join(
+        f"replica {replica}: {'checkpoint ' + str(row[0]) if row[0] >= 0 else 'no checkpoint'}, step {row[1]}, "
+        f"checksum {row[2]}"
+        for replica, row in enumerate(rows)
+    )
+    raise WorkersDisagreeError(
+        f"The workers restored different states ({found}): every worker must read the same checkpoint directory. "
+        "Stopped before training; nothing was moved."
+    )
+
+
+def _checksum(variables):
+    """An int64 sum of the bits of every value of `variables` (weighted by their position in the list)."""
+    total = tf.constant(0, tf.int64)
+    for position, variable in enumerate(variables, start=1):
+        value = tf.convert_to_tensor(variable)
+        if value.dtype.is_floating:
+            value = tf.bitcast(value, {2: tf.int16, 4: tf.int32, 8: tf.int64}[value.dtype.size])
+        elif not (value.dtype.is_integer or value.dtype.is_bool):
+            continue
+        total += tf.reduce_sum(tf.cast(value, tf.int64)) * position
+    return total
+
+
+def save_checkpoint(manager, step):
+    """`manager.save(checkpoint_number=step)`; a failed save raises one line naming the path and what was kept.
+
+    The files a failed save left are removed, unless the state file lists that
+    checkpoint (TensorFlow records it before sweeping older ones, so a save can fail
+    after that); when the state file cannot be read nothing is removed.
 
     Returns:
         the saved checkpoint prefix.
 
     Raises:
-        CheckpointSaveError: naming the checkpoint, the reason and the checkpoint kept.
+        CheckpointSaveError: naming the checkpoint, the reason, the checkpoints kept and
+            the one the state file lists as the latest.
     """
-    prefix = fs.join(manager.directory, f"{runs.CHECKPOINT_PREFIX}-{step}")
-    listed = set(manager.checkpoints)
+    prefix = str(fs.join(manager.directory, f"{runs.CHECKPOINT_PREFIX}-{step}"))
     try:
         return manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as error:
-        if str(prefix) not in listed:
-            _remove_partial(prefix)
-        kept = manager.latest_checkpoint if manager.latest_checkpoint in listed else None
-        raise CheckpointSaveError(
-            f"Could not save checkpoint {prefix}: {_reason(error)}. "
-            + (f"The last checkpoint, {kept}, and the state file are intact: run the same command to resume "
-               "from it once the cause is fixed." if kept else "No earlier checkpoint was written.")
-        ) from None
+        reason = _reason(error)
+    try:
+        state = runs.checkpoint_state(manager.directory)
+    except (UnreadableCheckpointError, OSError):
+        state = False  # unknown: remove nothing
+    if state is not False and (state is None or prefix not in state.all_model_checkpoint_paths):
+        _remove_partial(prefix)
+    try:
+        kept = checkpoints_on_disk(manager.directory)
+    except OSError:
+        kept = []
+    names = f"Checkpoints kept: {', '.join(str(path) for path in kept)}. " if kept else ""
+    if state is False:
+        after = "The state file could not be read, so nothing was removed: run the same command once the cause is fixed."
+    elif state:
+        latest = state.model_checkpoint_path
+        if latest == prefix:
+            after = f"The state file lists {latest}, complete, as the latest"
+        else:
+            after = f"The last checkpoint, {latest}, and the state file are intact"
+        after += ": run the same command to resume from it once the cause is fixed."
+    elif kept:
+        after = ("The state file lists none of them: the same command resumes from the newest readable one once the "
+                 "cause is fixed.")
+    else:
+        after = "No checkpoint was kept: the same command starts from step 0 once the cause is fixed."
+    raise CheckpointSaveError(f"Could not save checkpoint {prefix}: {reason}. {names}{after}")
 
 
 def write_checkpoint(checkpoint, prefix):

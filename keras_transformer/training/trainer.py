@@ -28,7 +28,12 @@ from keras_transformer import fs, runs
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.training.checkpoints import restore_newest_readable, save_checkpoint
+from keras_transformer.training.checkpoints import (
+    check_workers_restored_alike,
+    checkpoint_manager,
+    restore_newest_readable,
+    save_checkpoint,
+)
 from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
 from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
 from keras_transformer.training.position import resumable
@@ -115,14 +120,15 @@ class Trainer:
                 "keep_checkpoints=%d is fewer than the %d checkpoints the recipe averages (average_checkpoints)",
                 self.keep_checkpoints, config.average_checkpoints,
             )
-        self.manager = tf.train.CheckpointManager(
+        self.manager = checkpoint_manager(
             self.checkpoint,
-            str(runs.checkpoint_dir(self.write_dir)),
+            runs.checkpoint_dir(self.write_dir),
             max_to_keep=self.keep_checkpoints,
             step_counter=self.optimizer.iterations,
             checkpoint_name=runs.CHECKPOINT_PREFIX,
         )
         self._restored = False
+        self._restored_to_train = False  # restored by `train` (or `restore(repair=True)`), every worker alike
         self._update = UpdateStep(self.model, self.optimizer, self.strategy, config.label_smoothing, options,
                                   self._batches_drawn, self._skipped_steps)
         self._evaluate_batch = _evaluation_step(self.model, config.label_smoothing)
@@ -139,11 +145,22 @@ class Trainer:
         """Updates dropped for a non-finite loss or gradient (loss-scale overflows included); not steps."""
         return int(self._skipped_steps.numpy())
 
-    def restore(self):
-        """Restore the latest complete checkpoint if there is one; returns its path or None."""
+    def restore(self, repair=False):
+        """Restore the newest readable checkpoint if there is one; returns its path or None.
+
+        Every worker calls it (the workers then check, all together, that they restored the
+        same step and weights: `checkpoints.check_workers_restored_alike`). Nothing is moved unless
+        `repair` (what `train` passes): then the run's chief sets damaged checkpoints aside
+        and rewrites the state file (`checkpoints.restore_newest_readable`). A process that
+        only reads a run (an evaluation) never moves its files.
+        """
         self._restored = True
+        self._restored_to_train = repair
         path = restore_newest_readable(self.checkpoint, runs.checkpoint_dir(self.model_dir),
-                                       self.manager if self.chief else None, restore=_restore)
+                                       self.manager if repair and self.chief else None, restore=_restore)
+        check_workers_restored_alike(self.strategy, path, self.optimizer.iterations,
+                                     [*self.model.weights, *self.optimizer.variables, self._batches_drawn,
+                                      self._skipped_steps])
         if path:
             logging.info("Restored %s at step %d", path, self.step)
         return path
@@ -182,8 +199,10 @@ class Trainer:
     def train(self, train_input, validation_dataset=None, padding_fraction=None, until_step=None, termination=None):
         """Train until the config's `train_steps` updates (or `until_step`).
 
-        The first call resumes from the latest checkpoint in `model_dir` (unless `restore`
-        was called already); later calls continue from the weights in memory. The input
+        The first call resumes from the newest readable checkpoint in `model_dir`
+        (`restore(repair=True)`: this is the training run, so its chief may set damaged
+        checkpoints aside; a read-only `restore()` before is done again with `repair`);
+        later calls continue from the weights in memory. The input
         continues where the restored (or last) update left it: a `data.BatchPlan` starts
         at that position directly, whatever the number of updates done; a plain
         `input_context -> dataset` function is replayed up to it (`dataset.skip`), which
@@ -215,8 +234,8 @@ class Trainer:
         """
         options = self.options
         last_step = until_step or self.config.train_steps
-        if not self._restored:
-            self.restore()
+        if not self._restored_to_train:  # a `restore()` that only read is done again, to repair
+            self.restore(repair=True)
         results = {"step": self.step, "skipped_steps": self.skipped_steps}
         if self.step >= last_step:
             logging.info("Already trained: step %d >= train_steps %d", self.step, last_step)

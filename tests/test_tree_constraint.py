@@ -289,6 +289,21 @@ def test_one_word_count_on_every_path(untrained_parser):
     assert [parse_tree(tree).words() for tree in trees] == words
 
 
+def test_the_parser_and_the_export_give_the_model_the_same_text(untrained_parser):
+    """Both read a line's words (`sentence_words`) joined by single spaces; the export reads ""
+    for a line with a word the tokenizer does not keep (`Parser` rejects it)."""
+    import tensorflow as tf
+
+    from keras_transformer.export.parser import ParsingModule
+
+    model, tokenizer, _ = untrained_parser
+    sources = Parser(model, tokenizer, "greedy").sources(KEPT_LINES)
+    assert sources == ["a b", "x y z", "a b c", "He said -LRB- yes -RRB- .", "caf\ufffd \u2603 NN"]
+    module = ParsingModule(model, tokenizer, beam_size=2)
+    read = module.sentences(tf.constant([*KEPT_LINES, "a \u200b b", "a\u2581b c", "x \ufffd"])).numpy()
+    assert [text.decode() for text in read] == [*sources, "", "", ""]
+
+
 @pytest.mark.parametrize("line, message", [
     ("a \u200b b", "word 2, '\\u200b': the tokenizer's normalisation deletes it"),
     ("a \ufffd b", "word 2, '\ufffd': the tokenizer's normalisation deletes it"),

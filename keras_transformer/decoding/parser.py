@@ -90,6 +90,11 @@ class Parser:
                     f"longer than max_length={max_length}"
                 )
 
+    def sources(self, sentences):
+        """The text the model reads for each sentence: its words (`data.trees.sentence_words`)
+        joined by single spaces, e.g. `"He said -LRB- yes -RRB-"` for `"He said\t( yes )"`."""
+        return [" ".join(sentence_words(sentence)) for sentence in sentences]
+
     def linearized(self, sentences, progress=None):
         """The best linearized tree of each sentence (`(S (NP NNP ) ...`), and its score."""
         sentences = list(sentences)
@@ -103,9 +108,8 @@ class Parser:
                 progress(done, len(sentences))
             return outputs
 
-        words = [sentence_words(sentence) for sentence in sentences]
-        texts = [" ".join(line) for line in words]
-        return translate_in_batches(batch, texts, self.translator.batch_size, [len(line) for line in words])
+        texts = self.sources(sentences)
+        return translate_in_batches(batch, texts, self.translator.batch_size, [len(text.split(" ")) for text in texts])
 
     def __call__(self, sentences, progress=None):
         sentences = list(sentences)

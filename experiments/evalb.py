@@ -6,19 +6,23 @@ r"""EVALB's bracket scores of a test file of trees against a gold file, one tree
 
 Prints EVALB's summary with its own labels (`Bracketing FMeasure       =  91.30`), for all
 sentences and for length <= 40 (CUTOFF_LEN); --sentences adds EVALB's per-sentence table, so the
-output is EVALB's report. --right_branching scores, instead of TEST, the right-branching trees
-over TEST's words with TEST's tags (the baseline in docs/results.md).
+output is EVALB's report. EVALB's messages (`12 : Words unmatch (is|was)`) go to stderr as
+EVALB prints them, after warnings about the parameter file. --right_branching scores, instead
+of TEST, the right-branching trees over TEST's words with TEST's tags (the baseline in
+docs/results.md).
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import sys
+
 from absl import app, flags
 
 from keras_transformer import cli
 from keras_transformer.data.trees import read_trees, right_branching
-from keras_transformer.evaluation.evalb import EvalbParams, evalb, format_report
+from keras_transformer.evaluation.evalb import EvalbParams, evalb, format_report, read_lines
 
 flags.DEFINE_string("prm", None, "An EVALB parameter file (default: COLLINS.prm's settings).")
 flags.DEFINE_bool("sentences", False, "Print the per-sentence table before the summary.")
@@ -29,8 +33,7 @@ FLAGS = flags.FLAGS
 
 def _read(path, role):
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        return read_lines(path)
     except OSError as err:
         raise app.UsageError(f"Cannot read the {role} file {path}: {err.strerror}") from err
 
@@ -46,7 +49,10 @@ def main(argv):
             tagged = [pair for _, tree in read_trees(line) for pair in tree.tagged_words()] if line.strip() else []
             baseline.append(str(right_branching([w for _, w in tagged], [t for t, _ in tagged])) if tagged else "")
         test = baseline
-    print(format_report(evalb(gold, test, params), sentences=FLAGS.sentences), end="")
+    result = evalb(gold, test, params)
+    for message in result.messages:
+        print(message, file=sys.stderr)
+    print(format_report(result, sentences=FLAGS.sentences), end="")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))
+
+
+   	
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))

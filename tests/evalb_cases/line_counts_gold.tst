@@ -1,0 +1,2 @@
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))
+(TOP (S (NP (NNP Haag)) (VP (VBZ works)) (. .)))

@@ -1,0 +1,3 @@
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))
+(TOP (S (NP (NNP Haag)) (VP (VBZ works)) (. .)))
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))

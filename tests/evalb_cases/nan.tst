@@ -1,0 +1,2 @@
+(TOP (NN Yes))
+(TOP (UH Hi) (. !))

@@ -1,0 +1,5 @@
+(TOP (S (. .)))
+(TOP (X (: --) (. .)))
+(TOP (S (NN .)))
+(TOP (S (. Haag) (, plays)))
+(TOP (S (NP (NNP Haag)) (VP (VBZ plays)) (. .)))

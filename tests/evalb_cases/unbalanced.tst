@@ -1,0 +1,3 @@
+(TOP (S (NP (DT a) (NN b)) (VP (VBZ c)) (. .))
+(TOP (S (NP (DT a) (NN b)) (VP (VBZ c)) (. .)))
+(TOP (S (NP (DT a) (NN b)) (VP (VBZ c)) (. .)))

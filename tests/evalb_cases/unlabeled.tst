@@ -1,0 +1,6 @@
+(TOP (S (NP (DT a) (NN b)) (VP (VB c) (NP (DT d) (NN e) (NN f)))))
+(TOP (S (NP (DT a) (NN b) (VB c)) (VP (DT d) (NN e) (NN f))))
+(TOP (S (DT a) (W (X (NN b) (VB c)) (DT d)) (V (NN e) (NN f))))
+(TOP (S (NP (NP (NP (DT a) (NN b)))) (VP (VB c) (NP (DT d) (NN e) (NN f)))))
+(TOP (S (DT a) (Q (NN b) (R (VB c) (S (DT d) (NN e)))) (NN f)))
+(TOP (S (NP (DT a) (NN b)) (VP (VB c) (VP (NP (DT d) (NN e) (NN f))))))

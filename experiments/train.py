@@ -7,6 +7,10 @@ on the CPU, in a few minutes. Real data:
         --preset=small --model_dir=runs/multi30k_en_de
 
 Running the same command again resumes from the latest checkpoint.
+
+Exit status: 0 trained to the end; 75 (`cli.TRY_AGAIN`) stopped by SIGTERM (preempted), or the
+run directory is in use by another live process: run the same command again; 1 an error
+(one line), 2 a wrong flag.
 """
 
 import os
@@ -25,7 +29,9 @@ from keras_transformer.training import (
     create_strategy,
     train_translation,
 )
+from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunDirectoryBusyError
 from keras_transformer.training.progress import TerminationSignal
+from keras_transformer.training.run import DEFAULT_TOKENIZER_WAIT
 
 cli.define_config_flags("tiny")
 cli.define_corpus_flags()
@@ -67,6 +73,18 @@ flags.DEFINE_integer(
     "(calls stop at log, checkpoint and validation steps)."
 )
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
+flags.DEFINE_bool(
+    "allow_changed_data", False, "Resume although the corpus differs from the one the run recorded (config.json's "
+    "data_fingerprint); the input continues at the same position in the new data."
+)
+flags.DEFINE_float(
+    "tokenizer_wait", DEFAULT_TOKENIZER_WAIT, "Multi-worker: seconds a non-chief worker waits for the chief to "
+    "train and write the tokenizer."
+)
+flags.DEFINE_float(
+    "lease_timeout", DEFAULT_LEASE_TIMEOUT, "Seconds without a heartbeat (renewed at each log line and save) after "
+    "which another process may take the run directory over from its owner, e.g. a killed one's restart."
+)
 
 FLAGS = flags.FLAGS
 
@@ -74,7 +92,10 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     with TerminationSignal() as termination:  # from the start: SIGTERM during start-up stops cleanly too
-        _train(termination)
+        try:
+            return _train(termination)
+        except RunDirectoryBusyError as error:
+            return cli.report_error(error, cli.TRY_AGAIN)
 
 
 def _train(termination):
@@ -124,14 +145,19 @@ def _train(termination):
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
     logging.info("Training preset %s on dataset %s, strategy %s (%d replicas), CPU allocator %s", FLAGS.preset,
                  FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync, cpu_allocator.describe())
-    _, results = train_translation(config, model_dir, options, data, strategy, termination=termination)
+    if FLAGS.tokenizer_wait < 0 or not FLAGS.lease_timeout > 0:
+        raise app.UsageError(f"--tokenizer_wait must be >= 0 and --lease_timeout > 0. Received: "
+                             f"{FLAGS.tokenizer_wait}, {FLAGS.lease_timeout}")
+    _, results = train_translation(config, model_dir, options, data, strategy, termination=termination,
+                                   allow_changed_data=FLAGS.allow_changed_data, tokenizer_wait=FLAGS.tokenizer_wait,
+                                   lease_timeout=FLAGS.lease_timeout)
     if results.get("preempted") and results["step"] is None:
         print("Stopped by SIGTERM during start-up, before any update. Run the same command to resume.")
-        return
+        return cli.TRY_AGAIN
     if results.get("preempted"):
         print(f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "
               "Run the same command to resume.")
-        return
+        return cli.TRY_AGAIN
     print(f"Trained to step {results['step']}: loss {results.get('loss', float('nan')):.4f}, "
           f"validation loss {results.get('val_loss', float('nan')):.4f}, "
           f"perplexity {results.get('val_perplexity', float('nan')):.2f}")

@@ -18,6 +18,13 @@ from absl import app, flags, logging
 # disk or an unreachable bucket — every OSError): reported in one line, without a traceback.
 USER_ERRORS = (ValueError, OSError, RuntimeError)
 
+# Exit statuses a job scheduler acts on (Kubernetes `podFailurePolicy`, a shell `until` loop;
+# docs/distributed.md, "Exit statuses"): 0 finished; FAILED a user error or a fault that needs
+# a person; USAGE_ERROR a wrong flag; TRY_AGAIN (sysexits.h's EX_TEMPFAIL) stopped before the
+# end through no fault of the run, preempted (SIGTERM, also during start-up) or its run
+# directory owned by another live process: the same command, run again, continues.
+FAILED, USAGE_ERROR, TRY_AGAIN = 1, 2, 75
+
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
 from keras_transformer.data.sources import DATASETS, SPLITS
@@ -230,9 +237,10 @@ def run(main, tensorflow_only=True):
     A script that trains, searches or exports (`tensorflow_only`) stops with one line
     naming the backend when Keras runs on another one (`backends.require_tensorflow`).
 
-    A `USER_ERRORS` exception prints `error: <message>` on stderr and exits with status 1;
-    a usage error (`app.UsageError`) prints `error: <message>` and a pointer to `--help`,
-    and exits with status 2. `--traceback` shows the Python traceback instead. The
+    A `USER_ERRORS` exception prints `error: <message>` on stderr and exits with status
+    `FAILED` (1); a usage error (`app.UsageError`) prints `error: <message>` and a pointer to
+    `--help`, and exits with `USAGE_ERROR` (2). A `main` that returns a status exits with it
+    (`TRY_AGAIN`: run the same command again). `--traceback` shows the Python traceback instead. The
     script's module-level flags (and those defined here, e.g. the config flags) are its
     key flags, so `--help` lists them all.
 
@@ -253,18 +261,23 @@ def run(main, tensorflow_only=True):
         except app.UsageError as error:
             if flags.FLAGS.traceback:
                 raise
-            _fail(f"{error} (see --help)", 2)
+            _fail(f"{error} (see --help)", USAGE_ERROR)
         except USER_ERRORS as error:
             if flags.FLAGS.traceback:
                 raise
-            _fail(str(error).splitlines()[0] if str(error) else type(error).__name__, 1)
+            _fail(str(error).splitlines()[0] if str(error) else type(error).__name__, FAILED)
 
     app.run(guarded)
 
 
 def _fail(message, status):
+    sys.exit(report_error(message, status))
+
+
+def report_error(message, status=FAILED):
+    """Print `error: <message>` on stderr (the one line a script stops with); returns `status`."""
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(status)
+    return status
 
 
 def ptb_files(flag_values=flags.FLAGS):

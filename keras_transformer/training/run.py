@@ -5,6 +5,7 @@ Everything a run needs later (decoding, evaluation, export) is written into its 
 """
 
 import dataclasses
+import hashlib
 import json
 import time
 
@@ -27,26 +28,37 @@ from keras_transformer.runs import (
     read_run_config,
     record_start,
     tokenizer_path,
+    worker_dir,
 )
+from keras_transformer.runs import write_run_config as write_run_payload
+from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunLease
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.training.progress import TerminationSignal
 from keras_transformer.training.trainer import Trainer, write_run_config
 
 
-def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=600.0, whole_words=(),
-                      model_type="unigram"):
+DEFAULT_TOKENIZER_WAIT = 7200.0
+"""Seconds a non-chief worker waits for the chief's tokenizer (`--tokenizer_wait`): SentencePiece
+trains on every sentence of the corpus, which for WMT14 (about 9 million sentences) takes the
+chief a long time."""
+
+
+def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=DEFAULT_TOKENIZER_WAIT,
+                      whole_words=(), model_type="unigram"):
     """Load the run's SentencePiece model, or train a joint one (`model_type`: "unigram" or
     "bpe") on `pairs` and save it there.
 
-    Only the chief trains; other workers of a multi-worker run wait for its file.
+    Only the chief trains; other workers of a multi-worker run wait up to `timeout` seconds
+    for its file (then `TimeoutError`, one line).
     """
     path = tokenizer_path(model_dir)
     if not chief:
         deadline = time.time() + timeout
         while not fs.exists(path):
             if time.time() > deadline:
-                raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s")
+                raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s: if it is still training "
+                                   "the tokenizer, wait longer (--tokenizer_wait)")
             time.sleep(0.5)
     if not fs.exists(path):
         sentences = [text for pair in pairs for text in pair]
@@ -105,18 +117,148 @@ def check_resume_settings(model_dir, payload):
                 )
 
 
+FINGERPRINT = "data_fingerprint"  # the section of config.json (and of each start in starts.jsonl)
+FINGERPRINT_SPLITS = ("train", "val")
+_SIDES = ("source", "target")
+
+
+def data_fingerprint(data: DataOptions, pairs):
+    """What the run reads of each split: `{split: {"examples": n, "source": {"file": name,
+    "sha256": hex}, "target": {...}}}`.
+
+    The hash covers the sentences as loaded (UTF-8, one per line), so it sees any change
+    to their text or order whatever the file format; it is computed from the pairs already
+    in memory, streamed in chunks. `name` is the file given (`--dataset=files`), else the
+    corpus, split and language.
+
+    Args:
+        data: the run's `DataOptions`.
+        pairs: `{split: [(source, target), ...]}` for `FINGERPRINT_SPLITS`.
+    """
+    fingerprint = {}
+    for split, split_pairs in pairs.items():
+        entry = {"examples": len(split_pairs)}
+        for index, side in enumerate(_SIDES):
+            digest = hashlib.sha256()
+            for start in range(0, len(split_pairs), 65536):
+                chunk = split_pairs[start:start + 65536]
+                digest.update("".join(f"{pair[index]}\n" for pair in chunk).encode("utf-8"))
+            entry[side] = {"file": _corpus_file(data, split, index), "sha256": digest.hexdigest()}
+        fingerprint[split] = entry
+    return fingerprint
+
+
+def _corpus_file(data, split, index):
+    if data.dataset == "files":
+        return str(data.files[split][index])
+    side = (data.src_lang, data.tgt_lang)[index] if data.dataset in ("multi30k", "wmt14") else _SIDES[index]
+    where = f" in {data.data_dir}" if data.data_dir else ""
+    return f"the {data.dataset} {split} {side} sentences{where}"
+
+
+def changed_data(recorded, fingerprint):
+    """One phrase per corpus file whose example count or contents differ from `recorded` (a
+    `data_fingerprint`), naming it; splits `recorded` lacks are not compared."""
+    changes = []
+    for split, now in fingerprint.items():
+        before = recorded.get(split)
+        if before is None:
+            continue
+        for side in _SIDES:
+            if before["examples"] != now["examples"] or before[side]["sha256"] != now[side]["sha256"]:
+                changes.append(
+                    f"{now[side]['file']} ({before['examples']} examples, sha256 {before[side]['sha256'][:12]} when "
+                    f"recorded; now {now['examples']}, {now[side]['sha256'][:12]})"
+                )
+    return changes
+
+
+def check_data_unchanged(model_dir, fingerprint, allow_changed=False):
+    """Refuse to resume on data other than the run's (`config.json`'s `data_fingerprint`).
+
+    Returns:
+        whether the recorded fingerprint must be (re)written: the run has none yet (an older
+        run), or a change was accepted (`allow_changed`, with a warning).
+
+    Raises:
+        ValueError: one line naming the first changed file (without `allow_changed`).
+    """
+    _, recorded = read_run_config(model_dir)
+    if FINGERPRINT not in recorded:
+        return True
+    changes = changed_data(recorded[FINGERPRINT], fingerprint)
+    if not changes:
+        return False
+    if not allow_changed:
+        raise ValueError(
+            f"{changes[0]} changed since {model_dir} recorded it{f' (and {len(changes) - 1} more)' if len(changes) > 1 else ''}: "
+            "its checkpoints' input position counts examples of the recorded data. Restore that data, start a new "
+            "model_dir, or accept the change with --allow_changed_data."
+        )
+    logging.warning("Resuming %s on changed data, as --allow_changed_data asks: %s; the input continues at the same "
+                    "position in the new data", model_dir, "; ".join(changes))
+    return True
+
+
+def check_workers_agree(strategy, fingerprint):
+    """Every worker of a multi-worker run reads the same data: their fingerprints are gathered
+    (one collective) and compared with the first worker's, so every worker reaches the same
+    verdict and none is left waiting for the others.
+
+    Raises:
+        ValueError: one line naming a worker and the file it reads differently.
+    """
+    workers = _cluster_workers(strategy)
+    if workers < 2:
+        return
+    entries = [(split, side) for split in sorted(fingerprint) for side in _SIDES]
+    row = [int.from_bytes(bytes.fromhex(fingerprint[split][side]["sha256"])[:8], "big", signed=True)
+           for split, side in entries] + [fingerprint[split]["examples"] for split in sorted(fingerprint)]
+    local = tf.constant([row], tf.int64)
+    gathered = strategy.gather(strategy.run(lambda: tf.identity(local)), axis=0).numpy()
+    per_worker = max(len(gathered) // workers, 1)
+    for replica in range(len(gathered)):
+        differs = [index for index in range(len(row)) if gathered[replica][index] != gathered[0][index]]
+        if differs:
+            index = differs[0] if differs[0] < len(entries) else (differs[0] - len(entries)) * len(_SIDES)
+            split, side = entries[index]
+            raise ValueError(
+                f"Worker {replica // per_worker} reads different data than worker 0: {fingerprint[split][side]['file']} "
+                "(its example count or contents differ). Every worker must read the same copy of the corpus."
+            )
+
+
+def _cluster_workers(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    return sum(len(spec.get(kind, ())) for kind in ("chief", "worker"))
+
+
 def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None,
-                      termination=None):
+                      termination=None, allow_changed_data=False, tokenizer_wait=DEFAULT_TOKENIZER_WAIT,
+                      lease_timeout=DEFAULT_LEASE_TIMEOUT):
     """Train (or resume) a translation run in `model_dir`.
 
     A run directory that already holds a config must have the same architecture
     (`TransformerConfig.architecture`) and the same data position settings
     (`POSITION_SETTINGS`); training settings such as `train_steps`, `accum_steps`, the
-    number of replicas or the precision may change. The first start's config stays in
-    `config.json`; every start's settings are appended to `starts.jsonl`. The tokenizer
-    is reused; training continues from the latest checkpoint, and its input at the same
+    number of replicas or the precision may change, but not from or to `mixed_float16`
+    (`check_checkpoint_settings`: its optimizer holds a loss scale). The first start's config
+    stays in `config.json`; every start's settings, and the step it restored, are appended to
+    `starts.jsonl`. The tokenizer is reused; training continues from the newest readable
+    checkpoint (`Trainer.restore`), and its input at the same
     example (`data.BatchPlan`; with `sampling_alpha`, whose segmentations are drawn
     anew, the input is replayed instead).
+
+    The data is fingerprinted (`data_fingerprint`: each split's example count and a hash of
+    each side), recorded in `config.json` and compared on every resume
+    (`check_data_unchanged`) and, at every start, across the workers of a multi-worker run
+    (`check_workers_agree`).
+
+    Every worker checks that it can write into `model_dir` before reading the corpus. The
+    chief takes the run's lease (`training.lease`: a second live process on the same
+    directory is refused) and removes `.worker_<i>` directories a worker killed mid-save
+    left behind.
 
     SIGTERM during start-up (reading, tokenizing, planning) returns at the next stage
     with `results["preempted"] = True` and `results["step"] = None`, no checkpoint written; during training, see
@@ -125,19 +267,26 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
     Args:
         termination: a `training.progress.TerminationSignal` already watching SIGTERM
             (a script installs one first thing); default: one for this call.
+        allow_changed_data: resume although the data differs from the recorded fingerprint
+            (warned, and the new fingerprint recorded).
+        tokenizer_wait: seconds a non-chief worker waits for the chief's tokenizer.
+        lease_timeout: seconds without a heartbeat after which another process may take the
+            run's lease over (`training.lease.RunLease`).
 
     Returns:
         `(trainer, results)`; results as `Trainer.train`, plus the run's paths. The
         trainer is None when start-up was interrupted.
     """
     require_tensorflow("Training (training.train_translation)")
+    start = dict(allow_changed_data=allow_changed_data, tokenizer_wait=tokenizer_wait, lease_timeout=lease_timeout)
     if termination is not None:
-        return _train_translation(config, model_dir, options, data, strategy, termination)
+        return _train_translation(config, model_dir, options, data, strategy, termination, **start)
     with TerminationSignal() as termination:
-        return _train_translation(config, model_dir, options, data, strategy, termination)
+        return _train_translation(config, model_dir, options, data, strategy, termination, **start)
 
 
-def _train_translation(config, model_dir, options, data, strategy, termination):
+def _train_translation(config, model_dir, options, data, strategy, termination, allow_changed_data, tokenizer_wait,
+                       lease_timeout):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
@@ -160,13 +309,32 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
         check_resume_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
-    if chief:
-        fs.check_writable(model_dir)  # now, not at the first checkpoint
+    fs.check_writable(model_dir)  # every worker, now, not at its first checkpoint
+    if not chief:
+        return _start(config, model_dir, options, data, strategy, termination, payload, None, allow_changed_data,
+                      tokenizer_wait)
+    with RunLease(model_dir, lease_timeout) as lease:
+        lease.start_heartbeat()  # start-up logs nothing for long stretches; the loop renews at logs and saves
+        for stale in fs.glob(worker_dir(model_dir, "*")):
+            fs.rmtree(stale)
+            logging.warning("Removed %s, left by a worker stopped while saving", stale)
+        return _start(config, model_dir, options, data, strategy, termination, payload, lease, allow_changed_data,
+                      tokenizer_wait)
+
+
+def _start(config, model_dir, options, data, strategy, termination, payload, lease, allow_changed_data,
+           tokenizer_wait):
+    chief = lease is not None
+    max_length = data.max_length or config.max_length
     interrupted = _Interrupted(termination)
     train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
     val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
+    fingerprint = data_fingerprint(data, {"train": train_pairs, "val": val_pairs})
+    check_workers_agree(strategy, fingerprint)
+    record_fingerprint = check_data_unchanged(model_dir, fingerprint, allow_changed_data) \
+        if fs.exists(config_path(model_dir)) else False
     tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief,
-                                  model_type=config.tokenizer_type,
+                                  timeout=tokenizer_wait, model_type=config.tokenizer_type,
                                   whole_words=whole_words(data.dataset, train_pairs))
 
     def batches(pairs, **kwargs):
@@ -191,12 +359,16 @@ def _train_translation(config, model_dir, options, data, strategy, termination):
         logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
         return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
     if chief:
-        if not fs.exists(config_path(model_dir)):  # the first start's config is kept
-            write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data)})
-        record_start(model_dir, {**payload, "time": time.time(), "replicas": strategy.num_replicas_in_sync,
-                                 "step": _restored_step(model_dir)})
+        if not fs.exists(config_path(model_dir)):  # the first start's config is kept, but for the data it reads now
+            write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data), FINGERPRINT: fingerprint})
+        elif record_fingerprint:
+            write_run_payload(model_dir, {**read_run_config(model_dir)[1], FINGERPRINT: fingerprint})
+        record_start(model_dir, {**payload, FINGERPRINT: fingerprint, "time": time.time(),
+                                 "replicas": strategy.num_replicas_in_sync, "step": _restored_step(model_dir)})
     logging.info("Padding fraction of training batches: %.3f", padding)
-    trainer = Trainer(config, model_dir, options, strategy)
+    trainer = Trainer(config, model_dir, options, strategy, lease=lease)
+    if lease is not None:
+        lease.stop_heartbeat()
     if termination.received:
         logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
         return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}

@@ -60,6 +60,9 @@ class Trainer:
         optimizer: a function of no arguments that returns the Keras optimizer; called
             in the strategy's scope (default: the paper's Adam with the config's
             learning-rate schedule, loss-scaled under mixed_float16).
+        lease: the `training.lease.RunLease` this process holds on `model_dir` (the chief's),
+            renewed at every log line and checked and renewed before every save (a process
+            that lost it stops with `LeaseLostError` before writing).
 
     Example (the run in `runs/builtin_tiny` already holds its `train_steps` = 120 updates,
     so `train` restores step 120 and returns at once; a new `model_dir` would train from
@@ -78,15 +81,16 @@ class Trainer:
     """
 
     def __init__(self, config: TransformerConfig, model_dir, options: TrainOptions = TrainOptions(), strategy=None,
-                 optimizer=None):
+                 optimizer=None, lease=None):
         require_tensorflow("Training (training.Trainer)")
+        self.lease = lease
         self.config = config
         self.options = options
         self.strategy = strategy or tf.distribute.get_strategy()
         self.model_dir = fs.as_path(model_dir)
         self.chief = is_chief(self.strategy)
         # Non-chief workers of a multi-worker run write to a private temporary place.
-        self.write_dir = self.model_dir if self.chief else fs.join(self.model_dir, f".worker_{_task_id(self.strategy)}")
+        self.write_dir = self.model_dir if self.chief else runs.worker_dir(self.model_dir, _task_id(self.strategy))
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
             if config.word_positions:
@@ -177,6 +181,8 @@ class Trainer:
                 f"Not saving step {self.step}: non-finite values in {', '.join(bad[:3])}"
                 f"{' and others' if len(bad) > 3 else ''}. The last good checkpoint is {self.manager.latest_checkpoint}."
             )
+        if self.lease is not None:
+            self.lease.renew()
         path = save_checkpoint(self.manager, self.step)
         if not self.chief:
             tf.io.gfile.rmtree(str(self.write_dir))
@@ -311,6 +317,8 @@ class Trainer:
         )
 
     def _log(self, meter, writer, step, padding_fraction):
+        if self.lease is not None:
+            self.lease.renew()
         loss, rate, eta = meter.window(step)
         lr = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
         with writer.as_default(step=step):

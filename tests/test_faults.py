@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_transformer.cli import TRY_AGAIN
@@ -176,3 +178,104 @@ def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
     assert len(saved) == len(weights[0].files)
     for index, array in enumerate(saved):
         np.testing.assert_array_equal(array, weights[0][f"arr_{index}"])
+
+
+# --- Faults from tests/faulty_fs.py: a kill at each stage of a save, and workers that restore different states ---
+
+SAVE_SCRIPT = """
+import json, sys
+from tests.faulty_fs import install_from_environment
+from keras_transformer.models.config import get_preset
+from keras_transformer.training import Trainer, TrainOptions
+
+run, config, steps = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+trainer = Trainer(get_preset("tiny", **config), run, TrainOptions(batch_tokens=1024, keep_checkpoints=2, progress=False))
+trainer.restore(repair=True)
+install_from_environment()
+for step in steps:
+    trainer.optimizer.iterations.assign(step)
+    trainer.save()
+print("saved all")
+"""
+
+# The save of ckpt-122 (after ckpt-121; the manager keeps 2, so it sweeps ckpt-120) killed at each of its stages
+# (tests/faulty_fs.py lists them): what the run directory is then made into ("as left"; after the merge, also
+# without the new index, as a kill inside the merge leaves it, or without the state file), and the step the next
+# start restores from each.
+SAVE_STAGES = {
+    "before_merge": (dict(call="checkpoint.merge", path="ckpt-122"), {"as left": 121}),
+    "after_merge": (dict(call="checkpoint.merge", path="ckpt-122", when="after"),
+                    {"as left": 121, "no index": 121, "no state file": 122}),
+    "state_file_written_not_renamed": (dict(call="file_io.rename", path="checkpoints/checkpoint.tmp", after=2),
+                                       {"as left": 121}),
+    "sweep_after_the_old_index": (dict(call="file_io.delete_file", path="ckpt-120.index", when="after"),
+                                  {"as left": 122}),
+    "sweep_after_the_old_data": (dict(call="file_io.delete_file", path="ckpt-120.data", when="after"),
+                                 {"as left": 122}),
+    "before_the_second_state_write": (dict(call="file_io.atomic_write_string_to_file", after=3), {"as left": 122}),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(SAVE_STAGES))
+def test_a_kill_at_each_stage_of_a_save_leaves_a_run_that_resumes(trained_run, tmp_path, stage):
+    from keras_transformer import runs
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.training import Trainer, TrainOptions
+    from tests.conftest import TRAINED_RUN_CONFIG
+    from tests.faulty_fs import KILL, Fault, environment
+
+    killed = shutil.copytree(trained_run, tmp_path / "killed")
+    fault, outcomes = SAVE_STAGES[stage]
+    result = subprocess.run(
+        [sys.executable, "-c", SAVE_SCRIPT, str(killed), json.dumps(TRAINED_RUN_CONFIG), "[121, 122, 123]"],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+        env=script_environment(**environment(Fault(**fault, error=KILL))),
+    )
+    assert result.returncode == -signal.SIGKILL, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "faulty_fs: killing the process at" in result.stdout and "saved all" not in result.stdout
+    for variant, expected in outcomes.items():
+        run = shutil.copytree(killed, tmp_path / variant.replace(" ", "_"))
+        checkpoints = run / "checkpoints"
+        if variant == "no index":
+            (checkpoints / "ckpt-122.index").unlink()
+        elif variant == "no state file":
+            (checkpoints / "checkpoint").unlink()
+        trainer = Trainer(get_preset("tiny", **TRAINED_RUN_CONFIG), run,
+                          TrainOptions(batch_tokens=1024, keep_checkpoints=2, progress=False))
+        assert trainer.restore(repair=True) == str(checkpoints / f"ckpt-{expected}"), variant
+        assert trainer.step == expected
+        # It goes on: the next save is listed with the one before, and every listed checkpoint reads.
+        trainer.optimizer.iterations.assign(expected + 1)
+        trainer.save()
+        listed = runs.checkpoint_paths(checkpoints)
+        assert [runs.checkpoint_step(path) for path in listed] == [expected, expected + 1], variant
+        for path in listed:
+            runs.read_model_weights(trainer.model, path)
+        assert not (checkpoints / "unreadable").exists()  # nothing damaged, nothing set aside
+
+
+def test_workers_that_restore_different_states_stop_in_one_line(tmp_path):
+    """Worker 1 finds the newest checkpoint damaged (its copy, here a DataLossError) and restores an older one:
+    the all-gathered check stops both workers before any update, and nothing is moved."""
+    from tests.faulty_fs import Fault, environment
+
+    run_dir = tmp_path / "run"
+    code, output = finish(start(run_dir, "--train_steps=4"))
+    assert code == 0 and latest_step(run_dir) == 4, output[-3000:]
+    before = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    damaged = environment(Fault("checkpoint.reader", path="ckpt-4", error=tf.errors.DataLossError, times=None))
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        processes.append(start(run_dir, "--strategy=multi_worker", "--train_steps=6", TF_CONFIG=tf_config,
+                               **(damaged if index == 1 else {})))
+    for code, output in [finish(process, timeout=300) for process in processes]:
+        assert code == 1, output[-4000:]
+        (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+        assert line == ("error: The workers restored different states (replica 0: checkpoint 4, step 4, checksum "
+                        + line.split("checksum ", 1)[1].split(";", 1)[0] + "; replica 1: checkpoint 2, step 2, "
+                        "checksum " + line.split("checksum ", 2)[2].split(")", 1)[0] + "): every worker must read "
+                        "the same checkpoint directory. Stopped before training; nothing was moved.")
+        assert "Traceback" not in output
+    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == before and latest_step(run_dir) == 4

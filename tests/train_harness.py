@@ -5,6 +5,7 @@ Environment variables (all optional):
                           its data and index files are written, the checkpoint state file
                           that would make it the latest is not yet replaced.
     KT_DUMP_WEIGHTS=PATH  after training, save the model's weights to PATH (.npz).
+    KT_FAULTS=JSON        calls that fail or kill the process (tests/faulty_fs.py, `environment`).
 Arguments are the flags of experiments/train.py.
 """
 
@@ -16,6 +17,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from tests.faulty_fs import install_from_environment  # noqa: E402
+
+install_from_environment()
 
 kill_on_commit = os.environ.get("KT_KILL_ON_COMMIT")
 if kill_on_commit:

@@ -21,7 +21,7 @@ from keras_transformer.data.sources import load_pairs, whole_words
 from keras_transformer.data.tokenizer import Tokenizer, check_sampling_alpha, train_sentencepiece
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.runs import (
-    checkpoint_step,
+    UnreadableCheckpointError,
     config_path,
     latest_checkpoint,
     log_dir,
@@ -35,6 +35,7 @@ from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunLease
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.training.progress import TerminationSignal
+from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.trainer import Trainer, write_run_config
 
 
@@ -95,6 +96,24 @@ POSITION_SETTINGS = {
     "data": ("dataset", "src_lang", "tgt_lang", "data_dir", "files", "max_length", "bucket_boundaries",
              "sampling_alpha"),
 }
+
+
+def check_checkpoint_settings(model_dir, payload):
+    """Raise a one-line `ValueError` if `payload` changes a training setting that changes what the run's
+    checkpoints hold: the precision, when the optimizer it builds differs (`mixed_float16` wraps it in a
+    `LossScaleOptimizer`, whose loss scale is checkpointed)."""
+    _, first = read_run_config(model_dir)
+    before, now = first.get("training", {}).get("precision"), payload["training"]["precision"]
+    if before is None or before == now:
+        return
+    hidden_dim = payload["model"]["hidden_dim"]
+    kinds = [type(paper_optimizer(hidden_dim, precision=precision)).__name__ for precision in (before, now)]
+    if kinds[0] != kinds[1]:
+        raise ValueError(
+            f"{model_dir} was started with precision={before!r}, now precision={now!r}: its checkpoints hold the "
+            f"state of a {kinds[0]}, and this start would build a {kinds[1]}. Resume with precision={before!r}, or "
+            "start a new model_dir."
+        )
 
 
 def check_resume_settings(model_dir, payload):
@@ -307,6 +326,7 @@ def _train_translation(config, model_dir, options, data, strategy, termination, 
     payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), "data": dataclasses.asdict(data)}
     if fs.exists(config_path(model_dir)):
         check_resume_settings(model_dir, payload)
+        check_checkpoint_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
     fs.check_writable(model_dir)  # every worker, now, not at its first checkpoint
@@ -357,21 +377,23 @@ def _start(config, model_dir, options, data, strategy, termination, payload, lea
         interrupted.check()
     except InterruptedError:
         logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
-        return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
+        return None, {"preempted": True, "step": None, "checkpoint": _latest_or_none(model_dir)}
     if chief:
         if not fs.exists(config_path(model_dir)):  # the first start's config is kept, but for the data it reads now
             write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data), FINGERPRINT: fingerprint})
         elif record_fingerprint:
             write_run_payload(model_dir, {**read_run_config(model_dir)[1], FINGERPRINT: fingerprint})
-        record_start(model_dir, {**payload, FINGERPRINT: fingerprint, "time": time.time(),
-                                 "replicas": strategy.num_replicas_in_sync, "step": _restored_step(model_dir)})
     logging.info("Padding fraction of training batches: %.3f", padding)
     trainer = Trainer(config, model_dir, options, strategy, lease=lease)
+    trainer.restore(repair=True)  # every worker (they compare what they restored); the chief may set damage aside
     if lease is not None:
         lease.stop_heartbeat()
     if termination.received:
         logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
-        return None, {"preempted": True, "step": None, "checkpoint": latest_checkpoint(model_dir)}
+        return None, {"preempted": True, "step": None, "checkpoint": trainer.manager.latest_checkpoint}
+    if chief:  # the step restored, not the state file's latest
+        record_start(model_dir, {**payload, FINGERPRINT: fingerprint, "time": time.time(),
+                                 "replicas": strategy.num_replicas_in_sync, "step": trainer.step})
     results = trainer.train(train_input, batches(val_pairs, shuffle=False), padding_fraction=padding,
                             termination=termination)
     results.update(
@@ -398,6 +420,9 @@ class _Interrupted:
             raise InterruptedError("SIGTERM during start-up")
 
 
-def _restored_step(model_dir):
-    path = latest_checkpoint(model_dir)
-    return checkpoint_step(path) if path else 0
+def _latest_or_none(model_dir):
+    """The state file's latest checkpoint; None also when the state file cannot be read (restore reports that)."""
+    try:
+        return latest_checkpoint(model_dir)
+    except (UnreadableCheckpointError, OSError):
+        return None

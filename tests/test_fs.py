@@ -162,7 +162,7 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
     assert failed.endswith(f"The last checkpoint, {run}/checkpoints/ckpt-1, and the state file are intact: run the "
                            "same command to resume from it once the cause is fixed.")
     # It names the file that hit the limit, in the temporary directory beside the versions (now removed).
-    assert failed_export.startswith(f"error: Could not export 'run' to {exports}/run: {store}/saved_models/run/.tmp-")
+    assert failed_export.startswith(f"error: Could not export 'run' to {exports}/run: {store}/saved_models/run/.1.tmp-")
     assert "/saved_model.pb" in failed_export
     assert failed_export.endswith("; File too large. The partial export was removed and no version was published: run "
                                   "the same command once the cause is fixed.")

@@ -341,7 +341,8 @@ def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
             under a claim (`fs.staging`; a second averaging into the same prefix at once is
             refused) and published with `fs.publish_prefix`: data files first, `.index` last
             (an existing `.index` of that prefix is removed first), so a reader that finds the
-            `.index` finds the data it lists. A failed write leaves the previous files.
+            `.index` finds the data it lists. A failed write leaves the previous files; a
+            failure while publishing can leave the prefix without its `.index` (no checkpoint).
 
     Returns:
         `(path of the new checkpoint, list of the averaged checkpoint paths)`.

@@ -353,10 +353,12 @@ def claim(path, exist_ok=False):
         others = [entry for entry in listdir(directory)
                   if entry.startswith(f".{base}.{CLAIM_KIND}-") and entry != name(mine)]
         if others:
-            raise FileExistsError(errno.EEXIST, f"another writer holds it ({join(directory, others[0])})",
-                                  os.fspath(path))
+            raise FileExistsError(
+                f"Another writer is publishing {path} (its claim: {join(directory, others[0])}; a claim left by a "
+                "killed process holds the name until it is removed)"
+            )
         if not exist_ok and exists(path):
-            raise FileExistsError(errno.EEXIST, "it exists", os.fspath(path))
+            raise FileExistsError(f"{path} exists")
     except BaseException:
         discard(mine)
         raise
@@ -431,7 +433,7 @@ def publish(staged, target, last=(), replace=False):
     """
     last = tuple(last)
     if exists(target) and not replace:
-        raise FileExistsError(errno.EEXIST, "it exists", os.fspath(target))
+        raise FileExistsError(f"{target} exists")
     if has_atomic_rename(target):
         old = temporary_name(target, "old") if exists(target) else None
         if old is not None:

@@ -85,7 +85,7 @@ def claim_version(model_root, version=None, attempts=50):
         except FileExistsError as error:
             if version is not None:
                 raise FileExistsError(
-                    f"Version {version} of {model_root} cannot be written: {error.strerror}. Versions are never "
+                    f"Version {version} of {model_root} cannot be written: {error}. Versions are never "
                     f"overwritten; choose another version, or none for the next free one."
                 ) from None
             time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # two exports that collided part ways

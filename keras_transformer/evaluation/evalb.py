@@ -69,7 +69,7 @@ def _warn_stderr(message):
 
 def _fields(text):
     """The blank-separated fields of `text` (`narg`, `sscanf("%s")`: C's blanks only)."""
-    return "".join(" " if char in _SPACE else char for char in text).split()
+    return [field for field in "".join(" " if char in _SPACE else char for char in text).split(" ") if field]
 
 
 def _atoi(text):
@@ -112,7 +112,7 @@ class EvalbParams:
             OSError: the file cannot be read.
             ValueError: a key with no value (`evalb.c` reads past the line's end there).
         """
-        settings = {"labeled": True, "cutoff_len": 40, "max_error": 10, "delete_labels": [],
+        settings = {"labeled": True, "cutoff_len": 40, "max_error": 10, "delete_labels": [],  # evalb.c's own
                     "delete_labels_for_length": [], "quote_labels": [], "eq_labels": [], "eq_words": []}
         for number, line in enumerate(read_lines(path), start=1):
             end = len(line)

@@ -23,6 +23,7 @@ whether training may set the checkpoint aside (`training.checkpoints`).
 """
 
 import json
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -89,32 +90,39 @@ def damage_reason(path, error):
     if type(error) in (tf.errors.NotFoundError, tf.errors.OpError, tf.errors.UnknownError):
         missing = missing_checkpoint_files(path)
         if missing:
-            return "its index file is missing" if missing[0].endswith(".index") else f"{missing[0]} is missing"
+            return {".index": "its index file is missing", ".data-*": "its data files are missing"}.get(
+                missing[0][len(str(path)):], f"{missing[0]} is missing")
         if type(error) is not tf.errors.NotFoundError and any(text in str(error) for text in _CORRUPT_MESSAGES):
             return unreadable_reason(error)
     return None
 
 
 def missing_checkpoint_files(path):
-    """The files of the checkpoint at prefix `path` that are not there: its index, or data shards (`<path>.data-i-of-n`)."""
+    """The files of the checkpoint at prefix `path` that are not there: its index, or data shards (`<path>.data-i-of-n`;
+    `<path>.data-*` when there is none)."""
     if not fs.exists(f"{path}.index"):
         return [f"{path}.index"]
     shards = [str(name) for name in fs.glob(f"{path}.data-*")]
     if not shards:
-        return [f"{path}.data-00000-of-?????"]
+        return [f"{path}.data-*"]
     total = int(shards[0].rsplit("-of-", 1)[1])
     return [name for name in (f"{path}.data-{i:05d}-of-{total:05d}" for i in range(total)) if name not in shards]
+
+
+def error_line(error):
+    """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` and `[Op:...]` wrapping."""
+    message = (getattr(error, "message", None) or str(error) or type(error).__name__).splitlines()[0]
+    return re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", message)
 
 
 def unreadable_reason(error):
     """One line saying why a checkpoint read failed (`error` one of `READ_ERRORS`)."""
     if isinstance(error, IndexError):
         return f"a data file is shorter than its index says (truncated: {error})"
-    message = str(getattr(error, "message", None) or error or type(error).__name__)
-    message = message.split(": Unsuccessful TensorSliceReader constructor: ", 1)[-1]
+    message = error_line(error).split(": Unsuccessful TensorSliceReader constructor: ", 1)[-1]
     if isinstance(error, tf.errors.NotFoundError) and "Failed to find any matching files" in message:
         return "its index file is missing"
-    return f"{type(error).__name__}: {message.splitlines()[0]}"
+    return f"{type(error).__name__}: {message}"
 
 
 def config_path(model_dir):

@@ -1,9 +1,11 @@
 """The run directory module: the layout the trainer writes, and reading it back."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer import runs
 from keras_transformer.models.config import get_preset
@@ -48,3 +50,68 @@ def test_mistakes_name_what_is_wrong(tmp_path, trained_run):
         runs.checkpoint_paths(tmp_path)
     with pytest.raises(ValueError, match=r"Asked for the last 3 checkpoints, but .* holds 2\."):
         runs.load_run(trained_run, average_last=3)
+
+
+def _read_error(model, prefix):
+    try:
+        tf.train.Checkpoint(model=model).read(str(prefix)).expect_partial()
+    except runs.READ_ERRORS as error:
+        return error
+    pytest.fail(f"{prefix} read without an error")
+
+
+def _damage(path, how):
+    data = next(path.parent.glob(f"{path.name}.data-*"))
+    if how == "truncated data":
+        data.write_bytes(data.read_bytes()[:1000])
+    elif how == "a flipped data byte":
+        content = bytearray(data.read_bytes())
+        content[500] ^= 0xFF
+        data.write_bytes(bytes(content))
+    elif how == "truncated index":
+        index = path.parent / f"{path.name}.index"
+        index.write_bytes(index.read_bytes()[:10])
+    elif how == "no index":
+        (path.parent / f"{path.name}.index").unlink()
+    elif how == "no data":
+        data.unlink()
+
+
+@pytest.mark.parametrize("how, reason", [
+    ("truncated data", "a data file is shorter than its index says (truncated: Read less bytes than requested)"),
+    ("a flipped data byte", "DataLossError: TensorBundle at {path} shard 0 "),
+    ("truncated index", "OpError: file is too short to be an sstable"),
+    ("no index", "its index file is missing"),
+    ("no data", "its data files are missing"),
+])
+def test_damage_is_told_from_its_files(trained_run, run_model, tmp_path, how, reason):
+    run = shutil.copytree(trained_run, tmp_path / "run")
+    path = run / "checkpoints" / f"ckpt-{TRAINED_RUN_STEPS}"
+    _damage(path, how)
+    assert runs.damage_reason(path, _read_error(run_model[0], path)).startswith(reason.format(path=path))
+
+
+@pytest.mark.parametrize("error", [tf.errors.UnavailableError, tf.errors.PermissionDeniedError,
+                                   tf.errors.DeadlineExceededError, tf.errors.NotFoundError, tf.errors.OpError])
+def test_errors_of_the_storage_are_not_damage(trained_run, run_model, error):
+    """A checkpoint whose files are all there is not damaged, whatever its read raised (the reader reports most
+    failures as a plain OpError; a NotFoundError for a variable the checkpoint lacks is a mismatch)."""
+    from tests.faulty_fs import Fault, FaultyFilesystem
+
+    path = runs.checkpoint_dir(trained_run) / f"ckpt-{TRAINED_RUN_STEPS}"
+    with FaultyFilesystem(Fault("checkpoint.read", error=error)):
+        raised = _read_error(run_model[0], path)
+    assert type(raised) is error and runs.damage_reason(path, raised) is None
+
+
+def test_the_state_file_lists_full_paths_and_a_storage_error_is_not_damage(trained_run):
+    from tests.faulty_fs import Fault, FaultyFilesystem
+
+    directory = runs.checkpoint_dir(trained_run)
+    state = runs.checkpoint_state(directory)
+    assert "ckpt-" in (directory / "checkpoint").read_text() and str(directory) not in (directory / "checkpoint").read_text()
+    assert list(state.all_model_checkpoint_paths) == [str(directory / "ckpt-60"), str(directory / "ckpt-120")]
+    assert state.model_checkpoint_path == str(directory / "ckpt-120")
+    with FaultyFilesystem(Fault("gfile.GFile", path="checkpoint", error=tf.errors.UnavailableError)):
+        with pytest.raises(OSError, match="injected UnavailableError"):
+            runs.checkpoint_state(directory)

@@ -15,7 +15,6 @@ lists. Averaging: the last 5 checkpoints for base, 20 for big.
 """
 
 import collections
-import re
 import time
 
 import numpy as np
@@ -317,10 +316,7 @@ def write_checkpoint(checkpoint, prefix):
         raise CheckpointSaveError(f"Could not write checkpoint {prefix}: {_reason(error)}") from None
 
 
-def _reason(error):
-    """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` and `[Op:...]` wrapping."""
-    message = (getattr(error, "message", None) or str(error) or type(error).__name__).splitlines()[0]
-    return re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", message)
+_reason = runs.error_line
 
 
 def _remove_partial(prefix):

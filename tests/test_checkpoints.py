@@ -195,8 +195,8 @@ def test_a_precision_that_changes_the_checkpoint_is_refused(trained_run, tmp_pat
     with pytest.raises(ValueError) as e:
         resume(run, precision="mixed_float16")
     assert str(e.value) == (f"{run} was started with precision='float32', now precision='mixed_float16': its "
-                            "checkpoints hold the state of a Adam, and this start would build a LossScaleOptimizer. "
-                            "Resume with precision='float32', or start a new model_dir.")
+                            "checkpoints hold an optimizer of type Adam, this start would build one of type "
+                            "LossScaleOptimizer. Resume with precision='float32', or start a new model_dir.")
     assert listing(run) == before
 
 

@@ -110,9 +110,9 @@ def check_checkpoint_settings(model_dir, payload):
     kinds = [type(paper_optimizer(hidden_dim, precision=precision)).__name__ for precision in (before, now)]
     if kinds[0] != kinds[1]:
         raise ValueError(
-            f"{model_dir} was started with precision={before!r}, now precision={now!r}: its checkpoints hold the "
-            f"state of a {kinds[0]}, and this start would build a {kinds[1]}. Resume with precision={before!r}, or "
-            "start a new model_dir."
+            f"{model_dir} was started with precision={before!r}, now precision={now!r}: its checkpoints hold an "
+            f"optimizer of type {kinds[0]}, this start would build one of type {kinds[1]}. Resume with "
+            f"precision={before!r}, or start a new model_dir."
         )
 
 
@@ -329,7 +329,8 @@ def _train_translation(config, model_dir, options, data, strategy, termination, 
         check_checkpoint_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
-    fs.check_writable(model_dir)  # every worker, now, not at its first checkpoint
+    if chief:
+        fs.check_writable(model_dir)
     if not chief:
         return _start(config, model_dir, options, data, strategy, termination, payload, None, allow_changed_data,
                       tokenizer_wait)

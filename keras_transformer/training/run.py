@@ -329,8 +329,7 @@ def _train_translation(config, model_dir, options, data, strategy, termination, 
         check_checkpoint_settings(model_dir, payload)
     strategy = strategy or tf.distribute.get_strategy()
     chief = is_chief(strategy)
-    if chief:
-        fs.check_writable(model_dir)
+    fs.check_writable(model_dir)  # every worker, now, not at its first checkpoint
     if not chief:
         return _start(config, model_dir, options, data, strategy, termination, payload, None, allow_changed_data,
                       tokenizer_wait)

@@ -56,7 +56,11 @@ flags.DEFINE_string(
     "export_dir", None, "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2)."
 )
 flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
-flags.DEFINE_integer("version", None, "Version number (default: the highest existing + 1). An existing version is refused.")
+flags.DEFINE_integer(
+    "version", None,
+    "Version number (default: the next free one, above every version and every number another export holds). "
+    "An existing version, or one another export is writing, is refused.",
+)
 cli.define_search_flags(batch_size=None, method=False)  # beam search; unset: the run config's
 flags.DEFINE_integer(
     "max_output_length",

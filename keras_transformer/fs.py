@@ -320,8 +320,9 @@ def copy_tree(source, target):
 #
 # The content is then written into a hidden directory beside the target
 # (`.<name>.tmp-<random>`) and published. On a local disk (a path or `file://`) publishing
-# is one rename(2): atomic, the target appears complete or not at all. Everywhere else a
-# directory rename moves object by object, so files move one by one in a fixed order: the
+# is one rename(2): atomic, the target appears complete or not at all. Everywhere else
+# (`gs://`, `s3://`, `hdfs://`, `ram://`), where a directory rename may copy object by
+# object, files move one by one in a fixed order: the
 # `last` files (the one that marks the content complete: `saved_model.pb`, `model.bin`, a
 # checkpoint's `.index`) after every other file. There the target's name can be listed
 # before it is complete (during the publish, or for good after a kill during it), but
@@ -334,6 +335,11 @@ STAGING_KIND = "tmp"  # `.<name>.tmp-<random>`: the content, while it is written
 def has_atomic_rename(path):
     """Whether renaming a directory at `path` is one atomic step (a local disk: a path or `file://`)."""
     return not is_url(path) or os.fspath(path).startswith("file://")
+
+
+def _listed(path):
+    """Whether `path` is an entry of its directory (`exists` on `ram://` also says yes for "a/1" when only "a/10" is)."""
+    return isdir(parent(path)) and posixpath.basename(os.fspath(path).rstrip("/")) in listdir(parent(path))
 
 
 def claim(path, exist_ok=False):
@@ -351,13 +357,13 @@ def claim(path, exist_ok=False):
             f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.0f}\n".encode())
     try:
         others = [entry for entry in listdir(directory)
-                  if entry.startswith(f".{base}.{CLAIM_KIND}-") and entry != name(mine)]
+                  if entry.startswith(f".{base}.{CLAIM_KIND}-") and entry != posixpath.basename(os.fspath(mine))]
         if others:
             raise FileExistsError(
                 f"Another writer is publishing {path} (its claim: {join(directory, others[0])}; a claim left by a "
                 "killed process holds the name until it is removed)"
             )
-        if not exist_ok and exists(path):
+        if not exist_ok and _listed(path):
             raise FileExistsError(f"{path} exists")
     except BaseException:
         discard(mine)
@@ -432,10 +438,10 @@ def publish(staged, target, last=(), replace=False):
         FileExistsError: if `target` exists and not `replace`.
     """
     last = tuple(last)
-    if exists(target) and not replace:
+    if _listed(target) and not replace:
         raise FileExistsError(f"{target} exists")
     if has_atomic_rename(target):
-        old = temporary_name(target, "old") if exists(target) else None
+        old = temporary_name(target, "old") if _listed(target) else None
         if old is not None:
             rename(target, old)
         try:
@@ -447,7 +453,7 @@ def publish(staged, target, last=(), replace=False):
         if old is not None:
             discard(old)
         return as_path(target)
-    old = temporary_name(target, "old") if exists(target) else None
+    old = temporary_name(target, "old") if _listed(target) else None
     if old is not None:
         try:
             _move_files(target, old, last, last_first=True)

@@ -36,7 +36,7 @@ from absl import logging
 from keras_transformer import fs
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.layers.checks import check_positive_int
-from keras_transformer.model_root import next_version, publish_version
+from keras_transformer.model_root import list_versions, next_version, publish_version
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
@@ -277,8 +277,9 @@ def export_saved_model(
         translator: a `TranslationModule`.
         export_dir: root of all exported models.
         name: the model name (TF Serving's `MODEL_NAME`), a directory name.
-        version: an integer version; default: the highest existing version + 1 (1 for the
-            first). An existing version is never replaced.
+        version: an integer version; default: the next free number (`model_root.next_version`:
+            above every version and every number another export holds; 1 for the first). An
+            existing version is never replaced.
         warmup_sentences: source texts of the warmup requests.
         verify: replay the warmup requests through the loaded copy before publishing.
         check_ops: run the op allowlist check before publishing.
@@ -300,7 +301,7 @@ def export_saved_model(
         _check_version(version)
     warmup_sentences = warmup_lib.check_sentences(warmup_sentences)
     model_root = fs.join(export_dir, name)
-    if version is not None and fs.exists(fs.join(model_root, str(version))):
+    if version is not None and version in list_versions(model_root):
         raise FileExistsError(
             f"Version {version} of {name!r} already exists at {fs.join(model_root, str(version))}; versions are never "
             f"overwritten. Choose another version, or none to export as version {next_version(model_root)}."

@@ -3,7 +3,10 @@ r"""Average the last K checkpoints of a run into a new checkpoint (paper section
     python experiments/average_checkpoints.py --model_dir=runs/builtin_tiny --last=5
 
 writes `runs/builtin_tiny/averaged/ckpt-<step>` (model weights only), which
-`experiments/export.py --checkpoint=...` and the evaluation tools accept.
+`experiments/export.py --checkpoint=...` and the evaluation tools accept. The checkpoint is
+written beside it first and published with its `.index` last (`fs.publish_prefix`), so a
+reader that finds the `.index` finds its data; a second averaging into the same checkpoint
+at the same time is refused in one line.
 """
 
 import os

@@ -13,7 +13,6 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import tensorflow as tf
@@ -234,8 +233,10 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from keras_transformer import fs
 from keras_transformer.model_root import publish_version
-root, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
-time.sleep(max(0.0, start - time.time()))
+root, name, ready = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+(ready / name).touch()
+while len(list(ready.iterdir())) < 2:  # both processes have imported TensorFlow: start together
+    time.sleep(0.001)
 for index in range({count}):
     def write(directory, content=f"{{name}}-{{index}}"):
         for relative in {files!r}:
@@ -259,8 +260,9 @@ def _check_distinct_versions(root, contents):
 def test_exports_in_two_processes_at_once_get_distinct_versions(tmp_path):
     root, count = tmp_path / "models", 4
     script = _WRITER.format(repo=str(REPO), count=count, files=FAKE_VERSION_FILES)
-    start = str(time.time() + 8)  # after both processes imported TensorFlow
-    writers = [subprocess.Popen([sys.executable, "-c", script, str(root), name, start], env=script_environment(),
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(root), name, str(ready)], env=script_environment(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
     outputs = [writer.communicate(timeout=300) for writer in writers]
     assert [writer.returncode for writer in writers] == [0, 0], outputs

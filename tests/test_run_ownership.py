@@ -52,7 +52,10 @@ def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path):
     run_dir = tmp_path / "run"
     owner = start(run_dir, "--train_steps=500")
     wait_for(lambda: (latest_step(run_dir) or 0) >= 2, owner)
-    assert json.loads(lease_path(run_dir).read_text())["pid"] == owner.pid
+    lease = json.loads(lease_path(run_dir).read_text())
+    assert lease["pid"] == owner.pid
+    wait_for(lambda: latest_step(run_dir) >= 4, owner)
+    assert json.loads(lease_path(run_dir).read_text())["heartbeat"] > lease["heartbeat"]  # renewed as it trains
     # A second process on the same directory is refused in one line, with the status that says "try again".
     code, output = run_sequence([["train.py", [f"--model_dir={run_dir}", *FLAGS, "--train_steps=500"],
                                   {"status": TRY_AGAIN}]])

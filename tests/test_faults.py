@@ -270,12 +270,50 @@ def test_workers_that_restore_different_states_stop_in_one_line(tmp_path):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         processes.append(start(run_dir, "--strategy=multi_worker", "--train_steps=6", TF_CONFIG=tf_config,
                                **(damaged if index == 1 else {})))
-    for code, output in [finish(process, timeout=300) for process in processes]:
+    try:
+        results = [finish(process, timeout=300) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:  # a worker left waiting: not after this test
+                process.kill()
+    for code, output in results:
         assert code == 1, output[-4000:]
         (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
-        assert line == ("error: The workers restored different states (replica 0: checkpoint 4, step 4, checksum "
-                        + line.split("checksum ", 1)[1].split(";", 1)[0] + "; replica 1: checkpoint 2, step 2, "
-                        "checksum " + line.split("checksum ", 2)[2].split(")", 1)[0] + "): every worker must read "
-                        "the same checkpoint directory. Stopped before training; nothing was moved.")
+        assert re.fullmatch(r"error: The workers restored different states \(replica 0: checkpoint 4, step 4, checksum "
+                            r"-?\d+; replica 1: checkpoint 2, step 2, checksum -?\d+\): every worker must read the "
+                            r"same checkpoint directory\. Stopped before training; nothing was moved\.", line), line
         assert "Traceback" not in output
     assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == before and latest_step(run_dir) == 4
+
+
+MIRRORED_SCRIPT = """
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_transformer.training.checkpoints import WorkersDisagreeError, check_workers_restored_alike
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    step = tf.Variable(7, dtype=tf.int64)
+    weights = [tf.Variable(tf.random.normal([3, 4], seed=1)), tf.Variable(tf.ones([2], tf.bfloat16))]
+check_workers_restored_alike(strategy, "run/checkpoints/ckpt-7", step, weights)
+print("replicas agree")
+weights[0].values[1].assign(-weights[0].values[0])  # one replica's copy of a weight differs
+try:
+    check_workers_restored_alike(strategy, "run/checkpoints/ckpt-7", step, weights)
+except WorkersDisagreeError as error:
+    print(error)
+"""
+
+
+def test_the_restore_check_compares_every_replica_of_one_worker():
+    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], capture_output=True, text=True, timeout=300,
+                            cwd=REPO, env=script_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+    agree, disagree = result.stdout.strip().splitlines()
+    assert agree == "replicas agree"
+    match = re.fullmatch(r"The workers restored different states \(replica 0: checkpoint 7, step 7, checksum (-?\d+); "
+                         r"replica 1: checkpoint 7, step 7, checksum (-?\d+)\): every worker must read the same "
+                         r"checkpoint directory\. Stopped before training; nothing was moved\.", disagree)
+    assert match and match.group(1) != match.group(2), disagree

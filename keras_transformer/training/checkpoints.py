@@ -208,8 +208,9 @@ def check_workers_restored_alike(strategy, restored, step, variables):
     """Stop unless every replica of `strategy` restored the same checkpoint, step and variable values.
 
     Each replica's `(restored step, step, checksum of variables)` is all-gathered (a
-    collective: every worker calls this at the same point). The checksum sums the bits of
-    every value, so it is exact and independent of the order of the sum. Nothing is checked
+    collective: every worker calls this at the same point). The checksum hashes the bits of
+    every value with its position, so it is exact and independent of the order of the sum
+    (`_checksum`). Nothing is checked
     under a single replica.
 
     Args:
@@ -248,16 +249,28 @@ def check_workers_restored_alike(strategy, restored, step, variables):
 
 
 def _checksum(variables):
-    """An int64 sum of the bits of every value of `variables` (weighted by their position in the list)."""
-    total = tf.constant(0, tf.int64)
-    for position, variable in enumerate(variables, start=1):
-        value = tf.convert_to_tensor(variable)
+    """An int64 hash of the bits of every value of `variables`: each value's bits, mixed with its position
+    (SplitMix64), summed (so the order of the sum does not matter, and no two changes cancel by symmetry)."""
+    total, offset = tf.constant(0, tf.int64), 0
+    for variable in variables:
+        value = tf.reshape(tf.convert_to_tensor(variable), [-1])
         if value.dtype.is_floating:
             value = tf.bitcast(value, {2: tf.int16, 4: tf.int32, 8: tf.int64}[value.dtype.size])
         elif not (value.dtype.is_integer or value.dtype.is_bool):
             continue
-        total += tf.reduce_sum(tf.cast(value, tf.int64)) * position
+        bits = tf.cast(value, tf.int64)
+        positions = tf.range(offset, offset + int(bits.shape[0]), dtype=tf.int64)
+        offset += int(bits.shape[0])
+        z = bits + positions * tf.constant(_GOLDEN, tf.int64)
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, 30)) * tf.constant(_MIX1, tf.int64)
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, 27)) * tf.constant(_MIX2, tf.int64)
+        total += tf.reduce_sum(tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, 31)))
     return total
+
+
+# SplitMix64's constants as signed int64 (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB); plain
+# numbers: a tensor made at import would start TensorFlow before a multi-worker strategy can configure it.
+_GOLDEN, _MIX1, _MIX2 = (value - (1 << 64) for value in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
 
 
 def save_checkpoint(manager, step):

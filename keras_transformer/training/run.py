@@ -248,6 +248,9 @@ def check_workers_agree(strategy, fingerprint):
 
 
 def _cluster_workers(strategy):
+    """The number of workers of a `MultiWorkerMirroredStrategy` cluster (1 for any other strategy)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
     resolver = getattr(strategy, "cluster_resolver", None)
     spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
     return sum(len(spec.get(kind, ())) for kind in ("chief", "worker"))

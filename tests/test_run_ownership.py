@@ -48,6 +48,26 @@ def test_a_lease_is_taken_over_only_after_its_timeout(tmp_path):
     assert not lease_path(tmp_path).exists()
 
 
+def test_a_lease_whose_process_ended_on_this_host_is_taken_over_at_once(tmp_path):
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        for host, pid, taken in ((socket.gethostname(), int(ended.stdout), True), ("lost-node", int(ended.stdout), False),
+                                 (socket.gethostname(), live.pid, False)):
+            lease_path(tmp_path).write_text(json.dumps({"owner": "0" * 16, "host": host, "pid": pid,
+                                                        "heartbeat": time.time()}))
+            lease = RunLease(tmp_path, timeout=600)
+            if taken:
+                lease.acquire()
+                lease.release()
+            else:
+                with pytest.raises(RunDirectoryBusyError, match=f"is being trained by {host} pid {pid} "):
+                    lease.acquire()
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path):
     run_dir = tmp_path / "run"
     owner = start(run_dir, "--train_steps=500")
@@ -71,9 +91,9 @@ def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path):
     assert code == TRY_AGAIN, output[-3000:]
     assert not lease_path(run_dir).exists()
 
-    # Killed without a chance to clean up: its lease stays. The same command is refused until the
-    # lease's heartbeat is older than --lease_timeout, then takes over; a `.worker_<i>` directory
-    # left by a worker killed mid-save is removed.
+    # Killed without a chance to clean up: its lease stays. On the same host, its pid gone, the
+    # same command takes it over at once; a `.worker_<i>` directory left by a worker killed
+    # mid-save is removed.
     stopped = latest_step(run_dir)
     owner = start(run_dir, "--train_steps=500")
     wait_for(lambda: latest_step(run_dir) > stopped, owner)
@@ -83,16 +103,26 @@ def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path):
     stale = worker_dir(run_dir, 3)
     (stale / "checkpoints").mkdir(parents=True)
     command = [f"--model_dir={run_dir}", *FLAGS]
+    code, output = run_sequence([["train.py", [*command, f"--train_steps={latest_step(run_dir) + 1}"]]])
+    assert code == 0, output[-3000:]
+    assert f"Taking over {run_dir} from {socket.gethostname()} pid {owner.pid}, which is no longer running" in output
+    assert f"Removed {stale}, left by a worker stopped while saving" in output
+    assert not stale.exists() and not lease_path(run_dir).exists()
+    assert "Trained to step" in output
+
+    # A lease left by a process on another host (a lost node) is refused until its heartbeat is
+    # --lease_timeout seconds old, then taken over.
+    lease_path(run_dir).write_text(json.dumps({"owner": "0" * 16, "host": "lost-node", "pid": owner.pid,
+                                               "heartbeat": time.time()}))
     code, output = run_sequence([
         ["train.py", [*command, "--train_steps=500"], {"status": TRY_AGAIN}],
         ["train.py", [*command, f"--train_steps={latest_step(run_dir) + 1}", "--lease_timeout=1"]],
     ])
     assert code == 0, output[-3000:]
     (refusal,) = errors(output)
-    assert refusal.startswith(f"{run_dir} is being trained by {socket.gethostname()} pid {owner.pid} "), refusal
-    assert f"Taking over {run_dir} from {socket.gethostname()} pid {owner.pid}, whose last heartbeat was " in output
-    assert f"Removed {stale}, left by a worker stopped while saving" in output
-    assert not stale.exists() and not lease_path(run_dir).exists()
+    assert refusal.startswith(f"{run_dir} is being trained by lost-node pid {owner.pid} "), refusal
+    assert f"Taking over {run_dir} from lost-node pid {owner.pid}, whose last heartbeat was " in output
+    assert not lease_path(run_dir).exists()
     assert "Trained to step" in output
 
 

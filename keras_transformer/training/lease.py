@@ -8,9 +8,10 @@ training begins) and then at every log line and before every checkpoint save, an
 when it stops (finished, preempted or failed). A second process that starts on the same
 directory while the heartbeat is younger than the timeout is refused in one line
 (`RunDirectoryBusyError`): two processes never interleave their saves. A process killed
-without a chance to clean up (SIGKILL, a lost machine) leaves its lease behind; once its
-heartbeat is older than the timeout, the next start takes it over with a warning, so a
-restarted pod running the same command continues after at most one timeout. An owner that
+without a chance to clean up (SIGKILL, a lost machine) leaves its lease behind. On the same
+host, a start whose predecessor's pid is no longer running takes the lease over at once; from
+another host (a restarted pod, another machine), once its heartbeat is older than the
+timeout, so the same command continues after at most one timeout. Either takeover is logged. An owner that
 finds the lease taken over (it stalled for longer than the timeout) stops before its next
 save (`LeaseLostError`).
 
@@ -88,10 +89,14 @@ class RunLease:
         holder = self.holder()
         if holder is not None and holder.get("owner") != self.owner["owner"]:
             age = time.time() - float(holder["heartbeat"])
-            if age < self.timeout:
+            if self._ended_here(holder):
+                logging.warning("Taking over %s from %s pid %s, which is no longer running", self.model_dir,
+                                holder.get("host"), holder.get("pid"))
+            elif age < self.timeout:
                 raise self._busy(holder, age)
-            logging.warning("Taking over %s from %s pid %s, whose last heartbeat was %.0f s ago (lease timeout %.0f s)",
-                            self.model_dir, holder.get("host"), holder.get("pid"), age, self.timeout)
+            else:
+                logging.warning("Taking over %s from %s pid %s, whose last heartbeat was %.0f s ago (lease timeout "
+                                "%.0f s)", self.model_dir, holder.get("host"), holder.get("pid"), age, self.timeout)
         self._write()
         holder = self.holder()
         if holder is None or holder.get("owner") != self.owner["owner"]:  # another start wrote after this one
@@ -157,6 +162,26 @@ class RunLease:
 
     def __exit__(self, *exc_info):
         self.release()
+        return False
+
+    def _ended_here(self, holder):
+        """Whether `holder` ran on this host and its process is gone (a run killed outright and
+        restarted on the same machine need not wait for the timeout). A lease of this very pid
+        (another lease object of this process) counts as live."""
+        if holder.get("host") != self.owner["host"]:
+            return False
+        try:
+            pid = int(holder["pid"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if pid <= 0 or pid == self.owner["pid"]:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # alive, owned by another user
+            return False
         return False
 
     def _write(self):

@@ -27,6 +27,7 @@ import re
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_transformer import fs
 from keras_transformer.data.tokenizer import Tokenizer
@@ -227,7 +228,7 @@ def checkpoint_paths(directory, last=None, until_step=None):
             (naming both numbers).
     """
     state = checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths) if state is not None else []
+    paths = list(state.all_model_checkpoint_paths) if state is not None else _found_on_disk(directory)
     if until_step is not None:
         paths = [path for path in paths if checkpoint_step(path) <= until_step]
     upto = "" if until_step is None else f" up to step {until_step}"
@@ -243,7 +244,8 @@ def checkpoint_paths(directory, last=None, until_step=None):
 
 def checkpoint_times(directory, paths):
     """Save times (seconds since the epoch) of the checkpoints at `paths`, as the manager recorded them."""
-    recorded = list(checkpoint_state(directory).all_model_checkpoint_timestamps)
+    state = checkpoint_state(directory)
+    recorded = list(state.all_model_checkpoint_timestamps) if state is not None else []
     if len(recorded) == len(paths):
         return [float(time) for time in recorded]
     return [fs.mtime(f"{path}.index") for path in paths]
@@ -282,9 +284,40 @@ def checkpoint_state(directory):
 
 
 def latest_checkpoint(model_dir):
-    """The newest complete checkpoint of a run, or None (`UnreadableCheckpointError` as `checkpoint_state`)."""
+    """The newest complete checkpoint of a run, or None (`UnreadableCheckpointError` as `checkpoint_state`).
+
+    The state file's latest; with no state file, the newest checkpoint on disk (`checkpoints_on_disk`):
+    the state file is never the only record of a run's checkpoints.
+    """
     state = checkpoint_state(checkpoint_dir(model_dir))
-    return state.model_checkpoint_path if state and state.model_checkpoint_path else None
+    if state is None:
+        found = _found_on_disk(checkpoint_dir(model_dir))
+        return found[-1] if found else None
+    return state.model_checkpoint_path or None
+
+
+def checkpoints_on_disk(directory):
+    """Prefixes of the `ckpt-<step>` checkpoints in `directory` that have an index, oldest first.
+
+    A prefix with data but no index (a save killed before its index was written) is not
+    one; neither is `ckpt-<step>_temp/`, the scratch directory of an interrupted save.
+    """
+    steps = {}
+    for path in fs.glob(fs.join(directory, f"{CHECKPOINT_PREFIX}-*.index")):
+        prefix = str(path)[: -len(".index")]
+        try:
+            steps[checkpoint_step(prefix)] = prefix
+        except ValueError:
+            continue
+    return [steps[step] for step in sorted(steps)]
+
+
+def _found_on_disk(directory):
+    """`checkpoints_on_disk(directory)`, with a warning when there are any (the state file is missing)."""
+    found = checkpoints_on_disk(directory)
+    if found:
+        logging.warning("No checkpoint state file in %s; reading the %d checkpoints found there", directory, len(found))
+    return found
 
 
 def read_model_weights(model, path):

@@ -41,6 +41,20 @@ def test_load_run_reads_the_latest_or_the_average(trained_run):
         np.testing.assert_allclose(mean, (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7)
 
 
+def test_with_no_state_file_readers_find_the_checkpoints_on_disk(tmp_path, trained_run):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (runs.checkpoint_dir(run) / runs.CHECKPOINT_STATE_FILE).unlink()
+    paths = runs.checkpoint_paths(runs.checkpoint_dir(run))
+    assert [runs.checkpoint_step(path) for path in paths] == [60, TRAINED_RUN_STEPS]
+    assert runs.latest_checkpoint(run) == paths[-1]
+    assert len(runs.checkpoint_times(runs.checkpoint_dir(run), paths)) == 2
+    found, _, _ = runs.load_run(run)
+    listed, _, _ = runs.load_run(trained_run)
+    for a, b in zip(found.get_weights(), listed.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_mistakes_name_what_is_wrong(tmp_path, trained_run):
     with pytest.raises(FileNotFoundError, match=f"No run config at {tmp_path}/config.json"):
         runs.load_run(tmp_path)

@@ -28,6 +28,7 @@ from keras_transformer.runs import (
     UnreadableCheckpointError,
     average_checkpoints,
     checkpoint_paths,
+    checkpoints_on_disk,
 )
 
 UNREADABLE_DIR = "unreadable"  # under the checkpoint directory: damaged checkpoints, set aside
@@ -150,22 +151,6 @@ def checkpoint_manager(checkpoint, directory, **kwargs):
 
 def _restore_all(checkpoint, path):
     checkpoint.restore(path).assert_existing_objects_matched()
-
-
-def checkpoints_on_disk(directory):
-    """Prefixes of the `ckpt-<step>` checkpoints in `directory` that have an index, oldest first.
-
-    A prefix with data but no index (a save killed before its index was written) is not
-    one; neither is `ckpt-<step>_temp/`, the scratch directory of an interrupted save.
-    """
-    steps = {}
-    for path in fs.glob(fs.join(directory, f"{runs.CHECKPOINT_PREFIX}-*.index")):
-        prefix = str(path)[: -len(".index")]
-        try:
-            steps[runs.checkpoint_step(prefix)] = prefix
-        except ValueError:
-            continue
-    return [steps[step] for step in sorted(steps)]
 
 
 def _repair(directory, manager, candidates, skipped, state_error):

@@ -282,8 +282,13 @@ def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
     assert evaluate_saved_model(export_dir.parent, pairs).settings["saved_model"] == str(export_dir.parent / "2")
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path} is not a SavedModel \\(no saved_model.pb\\) nor a model root"):
         evaluate_saved_model(tmp_path, pairs)
+    # A highest version without its files (a copy that stopped) is skipped; with no complete
+    # version left, an error naming the root.
     (export_dir.parent / "3").mkdir()
-    with pytest.raises(FileNotFoundError, match=f"^{export_dir.parent / '3'}, the highest version of .* is not a SavedModel"):
+    assert evaluate_saved_model(export_dir.parent, pairs).settings["saved_model"] == str(export_dir.parent / "2")
+    for version in ("1", "2"):
+        (export_dir.parent / version / "saved_model.pb").unlink()
+    with pytest.raises(FileNotFoundError, match=f"^No complete version in {export_dir.parent}: every version lacks"):
         evaluate_saved_model(export_dir.parent, pairs)
 
 

@@ -14,6 +14,69 @@ import pytest  # noqa: E402
 
 SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
 
+# The slow tier (`-m slow`; the default command runs everything, `-m "not slow"` the fast tier):
+# whole modules that run scripts or second processes, train, export, benchmark or load clean
+# runtimes, and the single tests of other modules that take several seconds each.
+SLOW_MODULES = (
+    "test_accelerator",
+    "test_backends",
+    "test_benchmark",
+    "test_cpu_allocator",
+    "test_ctranslate2",
+    "test_distributed_docs",
+    "test_docstrings",
+    "test_equivalence",
+    "test_experiments_decode",
+    "test_experiments_parse",
+    "test_experiments_train",
+    "test_export",
+    "test_faults",
+    "test_fs",
+    "test_layers_saved_model",
+    "test_publishing",
+    "test_quantization",
+    "test_run_ownership",
+    "test_scale",
+    "test_serving_docs",
+)
+SLOW_TESTS = (
+    "test_cli.py::test_help_lists_every_documented_flag",
+    "test_decoding.py::test_copy_model_ends_sentences",
+    "test_decoding.py::test_mixed_length_batch_equals_one_at_a_time",
+    "test_decoding.py::test_search_runs_in_a_saved_model",
+    "test_decoding.py::test_xla_matches_graph_and_eager",
+    "test_decoding.py::test_xla_recompute_baseline",
+    "test_evaluation.py::test_evaluate_run_with_an_ensemble_searches_with_both_models",
+    "test_evaluation.py::test_evaluate_saved_model",
+    "test_evaluation.py::test_score_checkpoints_scores_each_step_as_evaluate_run_would_have_then",
+    "test_evaluation.py::test_xla_decoding_benchmark_pads_widths_and_matches_graph_mode",
+    "test_search_options.py::test_evaluate_script_decodes_with_the_run_config",
+    "test_shortlist.py::test_ctranslate2_vmap_file_is_the_same_shortlist",
+    "test_shortlist.py::test_int8_shortlist_of_every_token_is_the_exact_search",
+    "test_shortlist.py::test_saved_model_with_a_map_translates_as_the_step",
+    "test_training.py::test_averaging_two_checkpoints_gives_the_mean",
+    "test_training.py::test_embedded_task_run_lowers_validation_loss",
+    "test_training.py::test_interrupted_run_with_dropout_equals_uninterrupted_run",
+    "test_training.py::test_nan_loss_stops_with_step_and_keeps_last_checkpoint",
+    "test_training.py::test_nonfinite_gradient_under_finite_loss_stops_before_the_update",
+    "test_training.py::test_plain_model_fit_trains",
+    "test_training.py::test_precisions_and_xla_train",
+    "test_training.py::test_rerun_resumes_step_count",
+    "test_training.py::test_several_updates_per_call_equal_one_per_call",
+    "test_training.py::test_skipped_nonfinite_update_changes_nothing_and_is_counted",
+    "test_transformer.py::test_skipping_padding_equals_the_padded_model",
+    "test_tree_constraint.py::test_word_position_model_decodes_step_by_step_as_the_full_model",
+    "test_windowed_attention.py::test_windowed_cached_decoding_keeps_r_slots_and_equals_the_full_pass",
+    "test_windowed_attention.py::test_windowed_model_trains_in_fit",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module, _, name = item.nodeid.partition("::")
+        if Path(module).stem in SLOW_MODULES or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def multi30k_dir():

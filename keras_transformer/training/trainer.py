@@ -131,7 +131,6 @@ class Trainer:
             step_counter=self.optimizer.iterations,
             checkpoint_name=runs.CHECKPOINT_PREFIX,
         )
-        self._restored = False
         self._restored_to_train = False  # restored by `train` (or `restore(repair=True)`), every worker alike
         self._update = UpdateStep(self.model, self.optimizer, self.strategy, config.label_smoothing, options,
                                   self._batches_drawn, self._skipped_steps)
@@ -158,7 +157,6 @@ class Trainer:
         and rewrites the state file (`checkpoints.restore_newest_readable`). A process that
         only reads a run (an evaluation) never moves its files.
         """
-        self._restored = True
         self._restored_to_train = repair
         path = restore_newest_readable(self.checkpoint, runs.checkpoint_dir(self.model_dir),
                                        self.manager if repair and self.chief else None, restore=_restore)

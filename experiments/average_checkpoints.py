@@ -18,9 +18,17 @@ from absl import flags
 from keras_transformer import cli
 from keras_transformer.training.checkpoints import write_averaged_checkpoint
 
-flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
-flags.DEFINE_integer("last", None, "How many of the latest checkpoints to average (default: the config's average_checkpoints).")
-flags.DEFINE_string("output_dir", None, "Where to write the averaged checkpoint (default: <model_dir>/averaged).")
+flags.DEFINE_string(
+    "model_dir", None, "Run directory written by experiments/train.py.", required=True
+)
+flags.DEFINE_integer(
+    "last",
+    None,
+    "How many of the latest checkpoints to average (default: the config's average_checkpoints).",
+)
+flags.DEFINE_string(
+    "output_dir", None, "Where to write the averaged checkpoint (default: <model_dir>/averaged)."
+)
 
 FLAGS = flags.FLAGS
 

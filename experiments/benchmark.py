@@ -65,8 +65,15 @@ from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import cli, cpu_allocator  # first: it imports TensorFlow without the start-up log lines
-from keras_transformer.benchmark.attention_scaling import attention_scaling, format_scaling_table, plot_scaling
+from keras_transformer import (
+    cli,
+    cpu_allocator,
+)  # first: it imports TensorFlow without the start-up log lines
+from keras_transformer.benchmark.attention_scaling import (
+    attention_scaling,
+    format_scaling_table,
+    plot_scaling,
+)
 from keras_transformer.benchmark.peaks import cpu_flags
 from keras_transformer.benchmark.profile import profile_run, training_profile
 from keras_transformer.benchmark.report import format_table, plot_ratios
@@ -90,36 +97,77 @@ flags.DEFINE_bool("jit_compile", False, "Compile both training steps with XLA.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
 flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
-flags.DEFINE_integer("saved_model_sentences", None, "Row d: translate only this many test sentences with the SavedModel (default: all).")
-flags.DEFINE_string("saved_model_baseline", None, "Row d: another export of the run (e.g. by an earlier version), "
-                    "timed in turn with ours over the same sentences (--rounds passes each).")
+flags.DEFINE_integer(
+    "saved_model_sentences",
+    None,
+    "Row d: translate only this many test sentences with the SavedModel (default: all).",
+)
+flags.DEFINE_string(
+    "saved_model_baseline",
+    None,
+    "Row d: another export of the run (e.g. by an earlier version), "
+    "timed in turn with ours over the same sentences (--rounds passes each).",
+)
 flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only rows d-f).")
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
-flags.DEFINE_integer("fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it).")
+flags.DEFINE_integer(
+    "fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it)."
+)
 
-flags.DEFINE_bool("ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2.")
+flags.DEFINE_bool(
+    "ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2."
+)
 flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
 cli.define_vocabulary_map_flag()  # row e: three more engines over the shortlist; the profile: over it
-flags.DEFINE_bool("row_d", True, "With --model_dir: row d (--norow_d: only row e or the SavedModel profile).")
-flags.DEFINE_list("decode_batch_sizes", ["16", "32", "64", "128"], "Rows e and --profile_saved_model: batch sizes "
-                  "tried (row e gives each engine its fastest).")
+flags.DEFINE_bool(
+    "row_d", True, "With --model_dir: row d (--norow_d: only row e or the SavedModel profile)."
+)
+flags.DEFINE_list(
+    "decode_batch_sizes",
+    ["16", "32", "64", "128"],
+    "Rows e and --profile_saved_model: batch sizes tried (row e gives each engine its fastest).",
+)
 flags.register_validator(
-    "decode_batch_sizes", lambda values: all(value.isdigit() and int(value) > 0 for value in values),
-    "--decode_batch_sizes takes positive integers, e.g. 32,64.")
-flags.DEFINE_bool("profile_saved_model", False, "With --model_dir: where the exported SavedModel's time goes "
-                  "(sentences/s and op time by kind at each of --decode_batch_sizes).")
-flags.DEFINE_bool("profile_training", False, "Where a training step's time goes, ours and the peer on the same "
-                  "--steps bucketed batches (op time by part and op type).")
-flags.DEFINE_integer("threads", None, "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
-                     "TensorFlow's own; CTranslate2 2).")
+    "decode_batch_sizes",
+    lambda values: all(value.isdigit() and int(value) > 0 for value in values),
+    "--decode_batch_sizes takes positive integers, e.g. 32,64.",
+)
+flags.DEFINE_bool(
+    "profile_saved_model",
+    False,
+    "With --model_dir: where the exported SavedModel's time goes "
+    "(sentences/s and op time by kind at each of --decode_batch_sizes).",
+)
+flags.DEFINE_bool(
+    "profile_training",
+    False,
+    "Where a training step's time goes, ours and the peer on the same "
+    "--steps bucketed batches (op time by part and op type).",
+)
+flags.DEFINE_integer(
+    "threads",
+    None,
+    "TensorFlow intra/inter-op threads and CTranslate2 intra_threads (default: "
+    "TensorFlow's own; CTranslate2 2).",
+)
 
-flags.DEFINE_bool("attention_scaling", False, "Row f: one encoder layer's cost against n, full vs windowed attention.")
+flags.DEFINE_bool(
+    "attention_scaling",
+    False,
+    "Row f: one encoder layer's cost against n, full vs windowed attention.",
+)
 flags.DEFINE_list("scaling_lengths", ["128", "512", "2048", "8192"], "Row f: sequence lengths n.")
 flags.register_validator(
-    "scaling_lengths", lambda values: all(value.isdigit() and int(value) > 0 for value in values),
-    "--scaling_lengths takes positive integers, e.g. 128,512,2048.")
-flags.DEFINE_integer("scaling_window", 64, lower_bound=1, help="Row f: the window r of the windowed layer.")
-flags.DEFINE_bool("scaling_memory", True, "Row f: also measure peak memory (a fresh process per point).")
+    "scaling_lengths",
+    lambda values: all(value.isdigit() and int(value) > 0 for value in values),
+    "--scaling_lengths takes positive integers, e.g. 128,512,2048.",
+)
+flags.DEFINE_integer(
+    "scaling_window", 64, lower_bound=1, help="Row f: the window r of the windowed layer."
+)
+flags.DEFINE_bool(
+    "scaling_memory", True, "Row f: also measure peak memory (a fresh process per point)."
+)
 flags.DEFINE_string("scaling_plot", None, "Row f: write time and memory against n as a PNG.")
 
 FLAGS = flags.FLAGS
@@ -128,11 +176,17 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     if not (FLAGS.training or FLAGS.model_dir or FLAGS.attention_scaling or FLAGS.profile_training):
-        raise app.UsageError("--notraining leaves rows d-f: give --model_dir (d, e), --attention_scaling (f) "
-                             "or --profile_training.")
-    if FLAGS.vocabulary_map and not (FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model)):
-        raise app.UsageError(f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by row e (--ctranslate2) and "
-                             "--profile_saved_model, both with --model_dir: give one of them, or leave it out.")
+        raise app.UsageError(
+            "--notraining leaves rows d-f: give --model_dir (d, e), --attention_scaling (f) "
+            "or --profile_training."
+        )
+    if FLAGS.vocabulary_map and not (
+        FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model)
+    ):
+        raise app.UsageError(
+            f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by row e (--ctranslate2) and "
+            "--profile_saved_model, both with --model_dir: give one of them, or leave it out."
+        )
     cli.quiet_info_logs()  # rows d and e export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
@@ -145,61 +199,117 @@ def main(argv):
         pairs = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "train", data_dir=FLAGS.data_dir)
         config = cli.config_from_flags()
         with tempfile.TemporaryDirectory() as workdir:
-            tokenizer = Tokenizer(train_sentencepiece(
-                [x for pair in pairs for x in pair], Path(workdir) / "spm.model", config.vocabulary_size
-            ))
+            tokenizer = Tokenizer(
+                train_sentencepiece(
+                    [x for pair in pairs for x in pair],
+                    Path(workdir) / "spm.model",
+                    config.vocabulary_size,
+                )
+            )
         print(f"preset: {FLAGS.preset}")
     if FLAGS.training:
-        rows.extend(training_rows(
-            config, pairs, tokenizer, precision=FLAGS.precision, steps=FLAGS.steps, rounds=FLAGS.rounds,
-            batch_tokens=FLAGS.batch_tokens, padded_length=FLAGS.padded_length, padded_batch=FLAGS.padded_batch,
-            jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, fma_units=FLAGS.fma_units,
-        ))
-    vocabulary_map = cli.vocabulary_map(FLAGS.model_dir)  # for row e and the profile (None without the flag)
+        rows.extend(
+            training_rows(
+                config,
+                pairs,
+                tokenizer,
+                precision=FLAGS.precision,
+                steps=FLAGS.steps,
+                rounds=FLAGS.rounds,
+                batch_tokens=FLAGS.batch_tokens,
+                padded_length=FLAGS.padded_length,
+                padded_batch=FLAGS.padded_batch,
+                jit_compile=FLAGS.jit_compile,
+                seed=FLAGS.seed,
+                fma_units=FLAGS.fma_units,
+            )
+        )
+    vocabulary_map = cli.vocabulary_map(
+        FLAGS.model_dir
+    )  # for row e and the profile (None without the flag)
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         if FLAGS.row_d:
-            rows.extend(decoding_rows(FLAGS.model_dir, [source for source, _ in test],
-                                      decode_sentences=FLAGS.decode_sentences,
-                                      saved_model_sentences=FLAGS.saved_model_sentences,
-                                      baseline_saved_model=FLAGS.saved_model_baseline, rounds=FLAGS.rounds))
+            rows.extend(
+                decoding_rows(
+                    FLAGS.model_dir,
+                    [source for source, _ in test],
+                    decode_sentences=FLAGS.decode_sentences,
+                    saved_model_sentences=FLAGS.saved_model_sentences,
+                    baseline_saved_model=FLAGS.saved_model_baseline,
+                    rounds=FLAGS.rounds,
+                )
+            )
         if FLAGS.ctranslate2:
-            rows.extend(ctranslate2_rows(FLAGS.model_dir, test[: FLAGS.ctranslate2_sentences],
-                                         threads=FLAGS.threads or 2, batch_sizes=batch_sizes, rounds=FLAGS.rounds,
-                                         vocabulary_map=vocabulary_map))
+            rows.extend(
+                ctranslate2_rows(
+                    FLAGS.model_dir,
+                    test[: FLAGS.ctranslate2_sentences],
+                    threads=FLAGS.threads or 2,
+                    batch_sizes=batch_sizes,
+                    rounds=FLAGS.rounds,
+                    vocabulary_map=vocabulary_map,
+                )
+            )
 
     if rows:
         print()
         print(format_table(rows))
-        print("(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)")
+        print(
+            "(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)"
+        )
         if FLAGS.plot:
             plot_ratios(rows, FLAGS.plot)
             print(f"plot: {FLAGS.plot}")
     if FLAGS.profile_training:
-        models = {"ours": Transformer(config, dtype=FLAGS.precision),
-                  "keras-hub": keras_hub_transformer(config, dtype=FLAGS.precision)}
-        batches = list(make_dataset(pairs, tokenizer, batch_tokens=FLAGS.batch_tokens, max_length=config.max_length,
-                                    seed=FLAGS.seed).take(FLAGS.steps))
+        models = {
+            "ours": Transformer(config, dtype=FLAGS.precision),
+            "keras-hub": keras_hub_transformer(config, dtype=FLAGS.precision),
+        }
+        batches = list(
+            make_dataset(
+                pairs,
+                tokenizer,
+                batch_tokens=FLAGS.batch_tokens,
+                max_length=config.max_length,
+                seed=FLAGS.seed,
+            ).take(FLAGS.steps)
+        )
         print(f"training step profile, preset {FLAGS.preset}, {FLAGS.precision}:")
         training_profile(models, config, batches, jit_compile=FLAGS.jit_compile)
     if FLAGS.model_dir and FLAGS.profile_saved_model:  # after the table: it needs the most memory
-        profile_run(FLAGS.model_dir, [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
-                    batch_sizes=batch_sizes, rounds=min(FLAGS.rounds, 2), vocabulary_map=vocabulary_map)
+        profile_run(
+            FLAGS.model_dir,
+            [source for source, _ in test[: FLAGS.ctranslate2_sentences]],
+            batch_sizes=batch_sizes,
+            rounds=min(FLAGS.rounds, 2),
+            vocabulary_map=vocabulary_map,
+        )
     if FLAGS.attention_scaling:
         config = cli.config_from_flags()
-        print(f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
-              f"d_ff {config.intermediate_dim}, dropout {config.dropout}), forward + backward, batch 1")
+        print(
+            f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
+            f"d_ff {config.intermediate_dim}, dropout {config.dropout}), forward + backward, batch 1"
+        )
         points = attention_scaling(
-            lengths, FLAGS.scaling_window, rounds=FLAGS.rounds, memory=FLAGS.scaling_memory,
-            hidden_dim=config.hidden_dim, num_heads=config.num_heads, intermediate_dim=config.intermediate_dim,
-            dropout=config.dropout, jit_compile=FLAGS.jit_compile,
+            lengths,
+            FLAGS.scaling_window,
+            rounds=FLAGS.rounds,
+            memory=FLAGS.scaling_memory,
+            hidden_dim=config.hidden_dim,
+            num_heads=config.num_heads,
+            intermediate_dim=config.intermediate_dim,
+            dropout=config.dropout,
+            jit_compile=FLAGS.jit_compile,
         )
         print(format_scaling_table(points, FLAGS.scaling_window))
         if FLAGS.scaling_plot:
             plot_scaling(points, FLAGS.scaling_window, FLAGS.scaling_plot)
             print(f"plot: {FLAGS.scaling_plot}")
-    print(f"machine: {tf.config.list_physical_devices()} ; CPU flags: {cpu_flags()} ; precision {FLAGS.precision} ; "
-          f"jit_compile {FLAGS.jit_compile} ; CPU allocator {cpu_allocator.describe()}")
+    print(
+        f"machine: {tf.config.list_physical_devices()} ; CPU flags: {cpu_flags()} ; precision {FLAGS.precision} ; "
+        f"jit_compile {FLAGS.jit_compile} ; CPU allocator {cpu_allocator.describe()}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,12 +32,18 @@ cli.define_config_flags("base")
 flags.DEFINE_string("work_dir", None, "Where the batches, settings and results go.", required=True)
 cli.define_multi30k_flags()
 flags.DEFINE_integer("batch_tokens", 25000, "Token budget per batch (the paper's ~25,000).")
-flags.DEFINE_integer("num_shapes", 3, "The most common batch shapes timed (each compiles once per model).")
+flags.DEFINE_integer(
+    "num_shapes", 3, "The most common batch shapes timed (each compiles once per model)."
+)
 flags.DEFINE_integer("per_shape", 3, "Batches of each shape.")
-flags.DEFINE_integer("rounds", 3, "Alternating rounds; each batch keeps its fastest time per model.")
+flags.DEFINE_integer(
+    "rounds", 3, "Alternating rounds; each batch keeps its fastest time per model."
+)
 flags.DEFINE_string("precision", "mixed_bfloat16", "Dtype policy of both models.")
 flags.DEFINE_list("backends", ["jax"], "Backends to time here, one process each (jax, torch).")
-flags.DEFINE_bool("workers", True, "Time here after writing the work directory (--noworkers: only write it).")
+flags.DEFINE_bool(
+    "workers", True, "Time here after writing the work directory (--noworkers: only write it)."
+)
 FLAGS = flags.FLAGS
 
 
@@ -46,21 +52,42 @@ def main(argv):
     config = cli.config_from_flags()
     pairs = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "train", data_dir=FLAGS.data_dir)
     with tempfile.TemporaryDirectory() as scratch:
-        tokenizer = Tokenizer(train_sentencepiece(
-            [text for pair in pairs for text in pair], Path(scratch) / "spm.model", config.vocabulary_size
-        ))
-    settings = prepare(FLAGS.work_dir, config, pairs, tokenizer, FLAGS.precision, FLAGS.batch_tokens,
-                       num_shapes=FLAGS.num_shapes, per_shape=FLAGS.per_shape, rounds=FLAGS.rounds)
-    print(f"preset {FLAGS.preset} ({config.vocabulary_size} pieces), {len(settings['shapes'])} batches written to "
-          f"{FLAGS.work_dir}; this machine's CPU flags: {cpu_flags()}")
+        tokenizer = Tokenizer(
+            train_sentencepiece(
+                [text for pair in pairs for text in pair],
+                Path(scratch) / "spm.model",
+                config.vocabulary_size,
+            )
+        )
+    settings = prepare(
+        FLAGS.work_dir,
+        config,
+        pairs,
+        tokenizer,
+        FLAGS.precision,
+        FLAGS.batch_tokens,
+        num_shapes=FLAGS.num_shapes,
+        per_shape=FLAGS.per_shape,
+        rounds=FLAGS.rounds,
+    )
+    print(
+        f"preset {FLAGS.preset} ({config.vocabulary_size} pieces), {len(settings['shapes'])} batches written to "
+        f"{FLAGS.work_dir}; this machine's CPU flags: {cpu_flags()}"
+    )
     if not FLAGS.workers:
         return
     for backend in FLAGS.backends:
         env = dict(os.environ, KERAS_BACKEND=backend)
-        completed = subprocess.run([sys.executable, "-m", "keras_transformer.benchmark.accelerator", FLAGS.work_dir],
-                                   env=env, capture_output=True, text=True)
+        completed = subprocess.run(
+            [sys.executable, "-m", "keras_transformer.benchmark.accelerator", FLAGS.work_dir],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if completed.returncode != 0:
-            raise RuntimeError(f"the {backend} process failed: {completed.stderr.strip().splitlines()[-1:]}")
+            raise RuntimeError(
+                f"the {backend} process failed: {completed.stderr.strip().splitlines()[-1:]}"
+            )
         print(completed.stdout.strip())
 
 

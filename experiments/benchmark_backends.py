@@ -17,11 +17,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import flags  # noqa: E402
 
 from keras_transformer import cli  # noqa: E402
-from keras_transformer.benchmark.backends import BACKENDS, format_summary, prepare, run_rounds, summarize  # noqa: E402
+from keras_transformer.benchmark.backends import (
+    BACKENDS,
+    format_summary,
+    prepare,
+    run_rounds,
+    summarize,
+)  # noqa: E402
 from keras_transformer.benchmark.peaks import hardware_peak  # noqa: E402
 
-flags.DEFINE_string("model_dir", None, "A trained run directory (config.json, spm.model, checkpoints/).", required=True)
-flags.DEFINE_string("work_dir", None, "Where the shared batches, weights and results go.", required=True)
+flags.DEFINE_string(
+    "model_dir",
+    None,
+    "A trained run directory (config.json, spm.model, checkpoints/).",
+    required=True,
+)
+flags.DEFINE_string(
+    "work_dir", None, "Where the shared batches, weights and results go.", required=True
+)
 flags.DEFINE_list("backends", list(BACKENDS), "Backends to time.")
 flags.DEFINE_integer("rounds", 3, "Rounds of one process per backend.")
 flags.DEFINE_integer("num_batches", 20, "Training batches (one update each).")
@@ -33,14 +46,22 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    settings = prepare(FLAGS.work_dir, FLAGS.model_dir, num_batches=FLAGS.num_batches, batch_tokens=FLAGS.batch_tokens,
-                       num_sentences=FLAGS.num_sentences, batch_size=FLAGS.batch_size)
+    settings = prepare(
+        FLAGS.work_dir,
+        FLAGS.model_dir,
+        num_batches=FLAGS.num_batches,
+        batch_tokens=FLAGS.batch_tokens,
+        num_sentences=FLAGS.num_sentences,
+        batch_size=FLAGS.batch_size,
+    )
     search = settings["search"]
     print(hardware_peak().describe())
-    print(f"training: {settings['num_batches']} batches of {FLAGS.batch_tokens} tokens, dropout "
-          f"{settings['config']['dropout']}, float32; decoding: {settings['num_sentences']} sentences in batches of "
-          f"{FLAGS.batch_size}, beam {search['beam_size']}, alpha {search['length_penalty']}, "
-          f"source length + {search['max_output_offset']}")
+    print(
+        f"training: {settings['num_batches']} batches of {FLAGS.batch_tokens} tokens, dropout "
+        f"{settings['config']['dropout']}, float32; decoding: {settings['num_sentences']} sentences in batches of "
+        f"{FLAGS.batch_size}, beam {search['beam_size']}, alpha {search['length_penalty']}, "
+        f"source length + {search['max_output_offset']}"
+    )
     results = run_rounds(FLAGS.work_dir, backends=tuple(FLAGS.backends), rounds=FLAGS.rounds)
     print(format_summary(summarize(results)))
 

@@ -20,7 +20,9 @@ from keras_transformer.data.sources import load_pairs
 from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
 from keras_transformer.benchmark.peaks import cpu_flags
 
-flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
+flags.DEFINE_string(
+    "model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True
+)
 cli.define_corpus_flags(split="test")
 flags.DEFINE_integer("num_sentences", 128, "Sentences decoded by each configuration.")
 cli.define_search_flags(batch_size=32, method=False)  # beam settings; unset: the run config's

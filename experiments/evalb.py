@@ -26,7 +26,9 @@ from keras_transformer.evaluation.evalb import EvalbParams, evalb, format_report
 
 flags.DEFINE_string("prm", None, "An EVALB parameter file (default: COLLINS.prm's settings).")
 flags.DEFINE_bool("sentences", False, "Print the per-sentence table before the summary.")
-flags.DEFINE_bool("right_branching", False, "Score right-branching trees over TEST's words and tags instead.")
+flags.DEFINE_bool(
+    "right_branching", False, "Score right-branching trees over TEST's words and tags instead."
+)
 
 FLAGS = flags.FLAGS
 
@@ -46,8 +48,16 @@ def main(argv):
     if FLAGS.right_branching:
         baseline = []
         for line in test:
-            tagged = [pair for _, tree in read_trees(line) for pair in tree.tagged_words()] if line.strip() else []
-            baseline.append(str(right_branching([w for _, w in tagged], [t for t, _ in tagged])) if tagged else "")
+            tagged = (
+                [pair for _, tree in read_trees(line) for pair in tree.tagged_words()]
+                if line.strip()
+                else []
+            )
+            baseline.append(
+                str(right_branching([w for _, w in tagged], [t for t, _ in tagged]))
+                if tagged
+                else ""
+            )
         test = baseline
     result = evalb(gold, test, params)
     for message in result.messages:

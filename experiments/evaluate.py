@@ -32,7 +32,9 @@ from keras_transformer.runs import read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string(
-    "saved_model", None, "Or an exported SavedModel: a version directory, or a model root (its highest version)."
+    "saved_model",
+    None,
+    "Or an exported SavedModel: a version directory, or a model root (its highest version).",
 )
 cli.define_corpus_flags(split="test")
 cli.define_checkpoint_flags(ensemble=True)
@@ -41,8 +43,12 @@ flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
 cli.define_scoring_flags()
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")
-flags.DEFINE_string("prm", None, "--dataset=ptb: an EVALB parameter file (default: COLLINS.prm's settings).")
-flags.DEFINE_string("gold_output", None, "--dataset=ptb: also write the split's cleaned gold trees, one a line.")
+flags.DEFINE_string(
+    "prm", None, "--dataset=ptb: an EVALB parameter file (default: COLLINS.prm's settings)."
+)
+flags.DEFINE_string(
+    "gold_output", None, "--dataset=ptb: also write the split's cleaned gold trees, one a line."
+)
 
 FLAGS = flags.FLAGS
 
@@ -52,16 +58,26 @@ def main(argv):
     if bool(FLAGS.model_dir) == bool(FLAGS.saved_model):
         raise app.UsageError("Give exactly one of --model_dir and --saved_model.")
     model_flags = (
-        "method", "beam_size", "length_penalty", "max_output_offset", "checkpoint", "average_last", "ensemble"
+        "method",
+        "beam_size",
+        "length_penalty",
+        "max_output_offset",
+        "checkpoint",
+        "average_last",
+        "ensemble",
     )
     given = [f"--{name}" for name in model_flags if FLAGS[name].present]
     if FLAGS.saved_model and given:
-        raise app.UsageError(f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}.")
+        raise app.UsageError(
+            f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}."
+        )
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
     if FLAGS.dataset == "ptb":
         return evaluate_parsing(options, cli.ptb_files())
-    pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files)
+    pairs = load_pairs(
+        FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files
+    )
     if FLAGS.max_sentences:
         pairs = pairs[: FLAGS.max_sentences]
     tokenize = FLAGS.tokenize or default_tokenize(FLAGS.dataset)
@@ -91,8 +107,10 @@ def main(argv):
             output=FLAGS.output,
         )
     settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
-    print(f"{FLAGS.dataset}/{FLAGS.split}: {len(result.hypotheses)} sentences translated in {result.seconds:.1f} s "
-          f"({result.sentences_per_second:.1f} sentences/s)")
+    print(
+        f"{FLAGS.dataset}/{FLAGS.split}: {len(result.hypotheses)} sentences translated in {result.seconds:.1f} s "
+        f"({result.sentences_per_second:.1f} sentences/s)"
+    )
     print(f"settings: {settings}")
     print(result.scores.format())
     print(f"{result.scores.bleu_details}")
@@ -109,17 +127,28 @@ def evaluate_parsing(options, files):
 
     if not FLAGS.model_dir:
         raise app.UsageError("--dataset=ptb evaluates a run: give --model_dir")
-    pairs = load_pairs("ptb", FLAGS.split, data_dir=FLAGS.data_dir, files=files)[: FLAGS.max_sentences]
+    pairs = load_pairs("ptb", FLAGS.split, data_dir=FLAGS.data_dir, files=files)[
+        : FLAGS.max_sentences
+    ]
     result = evaluate_parsing_run(
-        FLAGS.model_dir, pairs, options.method, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
-        ensemble=FLAGS.ensemble, batch_size=FLAGS.batch_size, output=FLAGS.output,
-        params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(), **options.kwargs(),
+        FLAGS.model_dir,
+        pairs,
+        options.method,
+        checkpoint=FLAGS.checkpoint,
+        average_last=FLAGS.average_last,
+        ensemble=FLAGS.ensemble,
+        batch_size=FLAGS.batch_size,
+        output=FLAGS.output,
+        params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(),
+        **options.kwargs(),
     )
     if FLAGS.gold_output:
         write_lines(FLAGS.gold_output, gold_trees(pairs))
     settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
-    print(f"ptb/{FLAGS.split}: {len(result.trees)} sentences parsed in {result.seconds:.1f} s "
-          f"({result.sentences_per_second:.1f} sentences/s)")
+    print(
+        f"ptb/{FLAGS.split}: {len(result.trees)} sentences parsed in {result.seconds:.1f} s "
+        f"({result.sentences_per_second:.1f} sentences/s)"
+    )
     print(f"settings: {settings}")
     print(f"-- All --\n{format_summary(result.evalb.all)}\n-- len<={result.evalb.cutoff_len} --")
     print(format_summary(result.evalb.short), end="")

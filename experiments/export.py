@@ -41,9 +41,16 @@ import tensorflow as tf  # noqa: E402,I001  (after keras_transformer, see above)
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
 
-flags.DEFINE_string("model_dir", None, "Run directory written by experiments/train.py.", required=True)
+flags.DEFINE_string(
+    "model_dir", None, "Run directory written by experiments/train.py.", required=True
+)
 cli.define_checkpoint_flags()
-flags.DEFINE_enum("format", "saved_model", list(FORMATS), "A SavedModel for TF Serving, or a CTranslate2 model directory.")
+flags.DEFINE_enum(
+    "format",
+    "saved_model",
+    list(FORMATS),
+    "A SavedModel for TF Serving, or a CTranslate2 model directory.",
+)
 flags.DEFINE_enum(
     "quantization",
     "float32",
@@ -53,11 +60,18 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_bool("overwrite", False, "Replace an existing CTranslate2 model directory.")
 flags.DEFINE_string(
-    "export_dir", None, "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2)."
+    "export_dir",
+    None,
+    "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2).",
 )
-flags.DEFINE_string("name", None, "Model name, the directory under --export_dir (default: the run directory's name).")
+flags.DEFINE_string(
+    "name",
+    None,
+    "Model name, the directory under --export_dir (default: the run directory's name).",
+)
 flags.DEFINE_integer(
-    "version", None,
+    "version",
+    None,
     "Version number (default: the next free one, above every version and every number another export holds). "
     "An existing version, or one another export is writing, is refused.",
 )
@@ -69,15 +83,25 @@ flags.DEFINE_integer(
     "call's buffer is its padded source width + --max_output_offset, so the offset alone limits outputs.",
 )
 flags.DEFINE_integer(
-    "max_source_length", None, "Sources are cut to this many tokens, EOS included (default: the model's max_length)."
+    "max_source_length",
+    None,
+    "Sources are cut to this many tokens, EOS included (default: the model's max_length).",
 )
 flags.DEFINE_multi_string(
-    "warmup_sentences", list(DEFAULT_WARMUP_SENTENCES), "Source texts of the TF Serving warmup requests (repeat the flag)."
+    "warmup_sentences",
+    list(DEFAULT_WARMUP_SENTENCES),
+    "Source texts of the TF Serving warmup requests (repeat the flag).",
 )
 cli.define_vocabulary_map_flag()
-flags.DEFINE_bool("check_ops", True, "Refuse to publish a SavedModel with ops the stock TF Serving model server lacks.")
+flags.DEFINE_bool(
+    "check_ops",
+    True,
+    "Refuse to publish a SavedModel with ops the stock TF Serving model server lacks.",
+)
 flags.DEFINE_string(
-    "sample", None, "Text to translate with the loaded export (default: the first sentence of the run's validation split)."
+    "sample",
+    None,
+    "Text to translate with the loaded export (default: the first sentence of the run's validation split).",
 )
 
 FLAGS = flags.FLAGS
@@ -94,10 +118,14 @@ def main(argv):
         export_for_ctranslate2(export_dir, options)
         return
     progress(f"Loading {FLAGS.model_dir}")
-    module = ParsingModule if is_parsing_run(FLAGS.model_dir) else TranslationModule  # --dataset=ptb: trees out
+    module = (
+        ParsingModule if is_parsing_run(FLAGS.model_dir) else TranslationModule
+    )  # --dataset=ptb: trees out
     if module is ParsingModule and FLAGS.vocabulary_map:
-        raise app.UsageError("--vocabulary_map applies to translation runs: a parse's tree constraint needs the full "
-                             "vocabulary.")
+        raise app.UsageError(
+            "--vocabulary_map applies to translation runs: a parse's tree constraint needs the full "
+            "vocabulary."
+        )
     translator = module.from_run(
         FLAGS.model_dir,
         checkpoint=FLAGS.checkpoint,
@@ -120,13 +148,18 @@ def main(argv):
         check_ops=FLAGS.check_ops,
         progress=progress,
     )
-    print(f"Exported {result.path}" + (" (int8 weights: model.quantize('int8'))" if FLAGS.quantization == "int8" else ""))
+    print(
+        f"Exported {result.path}"
+        + (" (int8 weights: model.quantize('int8'))" if FLAGS.quantization == "int8" else "")
+    )
     print(f"Settings: {', '.join(f'{key}={value}' for key, value in translator.settings.items())}")
     print("Signatures:")
     for line in format_signatures(result.signatures).splitlines():
         print(f"  {line}")
     if result.ops is not None:
-        print(f"Ops: {len(result.ops.origins)} types, all TensorFlow core or TensorFlow Text (SentencePiece).")
+        print(
+            f"Ops: {len(result.ops.origins)} types, all TensorFlow core or TensorFlow Text (SentencePiece)."
+        )
     print(f"TF Serving model config: {result.model_config}")
 
     loaded = tf.saved_model.load(str(result.path))
@@ -136,10 +169,14 @@ def main(argv):
             sample = validation_sample(FLAGS.model_dir)
         except (OSError, ValueError) as err:  # e.g. a corpus directory that moved since training
             sample = FLAGS.warmup_sentences[0]
-            progress(f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence")
+            progress(
+                f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence"
+            )
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")
-    print(f"Sample (loaded export): {sample!r} -> {translation!r} (score {float(outputs['score'].numpy()[0]):.4f})")
+    print(
+        f"Sample (loaded export): {sample!r} -> {translation!r} (score {float(outputs['score'].numpy()[0]):.4f})"
+    )
     docker_run, curl = serving_commands(fs.parent(result.path), name, sample)
     print("Serve it with TF Serving, then ask it (docs/serving.md):")
     print(f"  {docker_run}")
@@ -158,7 +195,9 @@ def export_for_ctranslate2(export_dir, options):
     given) and no length penalty (CTranslate2's |Y|^alpha is not the GNMT penalty).
     """
     if FLAGS["length_penalty"].present:
-        raise app.UsageError("--length_penalty applies to --format=saved_model (the CTranslate2 sample uses none).")
+        raise app.UsageError(
+            "--length_penalty applies to --format=saved_model (the CTranslate2 sample uses none)."
+        )
     import ctranslate2
 
     from keras_transformer.data.tokenizer import Tokenizer
@@ -174,8 +213,10 @@ def export_for_ctranslate2(export_dir, options):
         overwrite=FLAGS.overwrite,
         vocabulary_map=cli.vocabulary_map(FLAGS.model_dir),
     )
-    print(f"Exported {path} (CTranslate2, {FLAGS.quantization}"
-          + (", vmap.txt: translate with use_vmap=True)" if FLAGS.vocabulary_map else ")"))
+    print(
+        f"Exported {path} (CTranslate2, {FLAGS.quantization}"
+        + (", vmap.txt: translate with use_vmap=True)" if FLAGS.vocabulary_map else ")")
+    )
     config, _ = read_run_config(FLAGS.model_dir)
     sample = FLAGS.sample
     if sample is None:
@@ -196,7 +237,9 @@ def export_for_ctranslate2(export_dir, options):
             use_vmap=bool(FLAGS.vocabulary_map),
         )
     translation = tokenizer.detokenize([outputs[0]]).numpy()[0].decode("utf-8")
-    print(f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})")
+    print(
+        f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})"
+    )
 
 
 if __name__ == "__main__":

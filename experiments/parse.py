@@ -50,18 +50,32 @@ def main(argv):
         data, name = sys.stdin.buffer.read(), "stdin"
     lines, replaced = decode_lines(data)
     for index in replaced:
-        print(f"Warning: {name}, line {index + 1}: invalid UTF-8 replaced by U+FFFD", file=sys.stderr)
+        print(
+            f"Warning: {name}, line {index + 1}: invalid UTF-8 replaced by U+FFFD", file=sys.stderr
+        )
     check_not_blank(lines, name)  # before the model loads
     if FLAGS.method == "sample":
         raise app.UsageError("--method must be greedy or beam for parsing")
-    options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
-    model, tokenizer, _ = load_ensemble([FLAGS.model_dir, *FLAGS.ensemble], checkpoint=FLAGS.checkpoint,
-                                        average_last=FLAGS.average_last)
-    parser = Parser(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
+    options = cli.search_options(
+        read_run_config(FLAGS.model_dir)[0]
+    )  # a bad setting fails before loading
+    model, tokenizer, _ = load_ensemble(
+        [FLAGS.model_dir, *FLAGS.ensemble],
+        checkpoint=FLAGS.checkpoint,
+        average_last=FLAGS.average_last,
+    )
+    parser = Parser(
+        model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
+    )
     parser.check(lines, name=name)
 
     def progress(done, total):
-        print(f"\rparsed {done}/{total} sentences", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        print(
+            f"\rparsed {done}/{total} sentences",
+            end="\n" if done == total else "",
+            file=sys.stderr,
+            flush=True,
+        )
 
     trees = parser(lines, progress=progress if FLAGS.input else None)
     text = "".join(f"{tree}\n" for tree in trees)

@@ -45,9 +45,15 @@ flags.FLAGS.set_default("method", "greedy")
 flags.DEFINE_integer("every", 1, "Score every this-many-th checkpoint (the latest always).")
 cli.define_checkpoint_flags(ensemble=True, every_checkpoint=True)
 cli.define_scoring_flags()
-flags.DEFINE_string("plot", None, "Also write the run's training curves (with the BLEU panel) to this PNG.")
-flags.DEFINE_bool("skip_pauses", False, "Minutes, printed and plotted, leave out the time between a stop of the run "
-                  "and its resumption (training time).")
+flags.DEFINE_string(
+    "plot", None, "Also write the run's training curves (with the BLEU panel) to this PNG."
+)
+flags.DEFINE_bool(
+    "skip_pauses",
+    False,
+    "Minutes, printed and plotted, leave out the time between a stop of the run "
+    "and its resumption (training time).",
+)
 
 FLAGS = flags.FLAGS
 
@@ -70,21 +76,38 @@ def main(argv):
         ensemble=FLAGS.ensemble,
         **options.kwargs(),
     )
-    records = [(r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results]
+    records = [
+        (r.step, r.wall_time, {"bleu": r.scores.bleu, "chrf": r.scores.chrf}) for r in results
+    ]
     events = write_scalar_events(runs.log_dir(FLAGS.model_dir, runs.CHECKPOINT_SCORES_LOG), records)
-    scalars = read_run_scalars(FLAGS.model_dir) if FLAGS.skip_pauses or FLAGS.plot else None  # read once, if at all
+    scalars = (
+        read_run_scalars(FLAGS.model_dir) if FLAGS.skip_pauses or FLAGS.plot else None
+    )  # read once, if at all
     pauses = run_pauses(FLAGS.model_dir, scalars) if FLAGS.skip_pauses else []
-    minutes = (without_pauses([r.wall_time for r in results], pauses) - run_start(FLAGS.model_dir, scalars)) / 60
+    minutes = (
+        without_pauses([r.wall_time for r in results], pauses) - run_start(FLAGS.model_dir, scalars)
+    ) / 60
     scored = " + ".join([FLAGS.model_dir, *FLAGS.ensemble])
-    averaged = f", each the average of its last {FLAGS.average_last} checkpoints" if FLAGS.average_last else ""
-    print(f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search: {scored}{averaged}")
-    print(f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}" + ("  (minutes: pauses left out)" if pauses else ""))
+    averaged = (
+        f", each the average of its last {FLAGS.average_last} checkpoints"
+        if FLAGS.average_last
+        else ""
+    )
+    print(
+        f"{FLAGS.dataset}/{FLAGS.split}, {len(pairs)} sentences, {options.method} search: {scored}{averaged}"
+    )
+    print(
+        f"{'step':>7} {'minutes':>8} {'BLEU':>6} {'chrF':>6}"
+        + ("  (minutes: pauses left out)" if pauses else "")
+    )
     for r, minute in zip(results, minutes):
         print(f"{r.step:>7d} {minute:>8.1f} {r.scores.bleu:>6.2f} {r.scores.chrf:>6.2f}")
     print(results[-1].scores.bleu_signature)
     print(f"TensorBoard scalars: {events}")
     if FLAGS.plot:
-        path = plot_training_curves(FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses, scalars=scalars)
+        path = plot_training_curves(
+            FLAGS.model_dir, FLAGS.plot, skip_pauses=FLAGS.skip_pauses, scalars=scalars
+        )
         print(f"Curves: {path}")
 
 

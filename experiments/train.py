@@ -40,50 +40,80 @@ flags.DEFINE_string("train_tgt", None, "--dataset=files: training target file.")
 flags.DEFINE_string("val_src", None, "--dataset=files: validation source file.")
 flags.DEFINE_string("val_tgt", None, "--dataset=files: validation target file.")
 flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy.")
-flags.DEFINE_list("devices", None, "Devices for --strategy=mirrored (default: all GPUs, else the CPU).")
-flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (to try MirroredStrategy without GPUs).")
-flags.DEFINE_integer("batch_tokens", 2048, "Token budget of one batch per replica (source and target each).")
 flags.DEFINE_list(
-    "bucket_boundaries", None, "Padded lengths of the length buckets, e.g. 8,12,16,20,24 (default: 8, 12, 16, 24, 32, ...)."
+    "devices", None, "Devices for --strategy=mirrored (default: all GPUs, else the CPU)."
+)
+flags.DEFINE_integer(
+    "cpu_devices",
+    0,
+    "Split the CPU into this many logical devices (to try MirroredStrategy without GPUs).",
+)
+flags.DEFINE_integer(
+    "batch_tokens", 2048, "Token budget of one batch per replica (source and target each)."
+)
+flags.DEFINE_list(
+    "bucket_boundaries",
+    None,
+    "Padded lengths of the length buckets, e.g. 8,12,16,20,24 (default: 8, 12, 16, 24, 32, ...).",
 )
 flags.DEFINE_float(
-    "sampling_alpha", None, "Subword regularization: sample each training sentence's segmentation anew on every "
-    "pass, with this smoothing exponent in (0, 1] (smaller: more varied; off by default)."
+    "sampling_alpha",
+    None,
+    "Subword regularization: sample each training sentence's segmentation anew on every "
+    "pass, with this smoothing exponent in (0, 1] (smaller: more varied; off by default).",
 )
-flags.DEFINE_integer("accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update).")
+flags.DEFINE_integer(
+    "accum_steps", 1, "Batches accumulated into one update (paper: ~25k tokens per update)."
+)
 flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Numeric precision.")
 flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
 flags.DEFINE_string("model_dir", None, "Run directory (default: runs/<dataset>_<preset>).")
 flags.DEFINE_integer("seed", 0, "Random seed (initialization, dropout, shuffling).")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every this many steps.")
 flags.DEFINE_integer(
-    "keep_checkpoints", None, "Checkpoints to keep (default: the preset's average_checkpoints, e.g. 20 for big)."
+    "keep_checkpoints",
+    None,
+    "Checkpoints to keep (default: the preset's average_checkpoints, e.g. 20 for big).",
 )
 flags.DEFINE_integer("log_every", 50, "Log and write TensorBoard scalars every this many steps.")
-flags.DEFINE_integer("eval_every", 500, "Validation loss every this many steps (0: at the end only).")
+flags.DEFINE_integer(
+    "eval_every", 500, "Validation loss every this many steps (0: at the end only)."
+)
 flags.DEFINE_enum(
-    "on_nonfinite", "stop", list(ON_NONFINITE),
+    "on_nonfinite",
+    "stop",
+    list(ON_NONFINITE),
     "An update whose loss or gradients are NaN/Inf: stop with an error naming the step, or skip it (counted).",
 )
 flags.DEFINE_integer(
-    "max_consecutive_skips", 20, "Stop with an error naming the step and loss scale after this many skipped updates in a row."
+    "max_consecutive_skips",
+    20,
+    "Stop with an error naming the step and loss scale after this many skipped updates in a row.",
 )
 flags.DEFINE_integer(
-    "steps_per_execution", 1, "Updates per call into the compiled step: the host reads results once per call "
-    "(calls stop at log, checkpoint and validation steps)."
+    "steps_per_execution",
+    1,
+    "Updates per call into the compiled step: the host reads results once per call "
+    "(calls stop at log, checkpoint and validation steps).",
 )
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
 flags.DEFINE_bool(
-    "allow_changed_data", False, "Resume although the corpus differs from the one the run recorded (config.json's "
-    "data_fingerprint); the input continues at the same position in the new data."
+    "allow_changed_data",
+    False,
+    "Resume although the corpus differs from the one the run recorded (config.json's "
+    "data_fingerprint); the input continues at the same position in the new data.",
 )
 flags.DEFINE_float(
-    "tokenizer_wait", DEFAULT_TOKENIZER_WAIT, "Multi-worker: seconds a non-chief worker waits for the chief to "
-    "train and write the tokenizer."
+    "tokenizer_wait",
+    DEFAULT_TOKENIZER_WAIT,
+    "Multi-worker: seconds a non-chief worker waits for the chief to "
+    "train and write the tokenizer.",
 )
 flags.DEFINE_float(
-    "lease_timeout", DEFAULT_LEASE_TIMEOUT, "Seconds without a heartbeat (renewed at each log line and save) after "
-    "which another process may take the run directory over from its owner, e.g. a killed one's restart."
+    "lease_timeout",
+    DEFAULT_LEASE_TIMEOUT,
+    "Seconds without a heartbeat (renewed at each log line and save) after "
+    "which another process may take the run directory over from its owner, e.g. a killed one's restart.",
 )
 
 FLAGS = flags.FLAGS
@@ -91,7 +121,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    with TerminationSignal() as termination:  # from the start: SIGTERM during start-up stops cleanly too
+    with (
+        TerminationSignal() as termination
+    ):  # from the start: SIGTERM during start-up stops cleanly too
         try:
             return _train(termination)
         except RunDirectoryBusyError as error:
@@ -103,11 +135,17 @@ def _train(termination):
         import tensorflow as tf
 
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.cpu_devices)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.cpu_devices
+        )
     config = cli.config_from_flags(**cli.corpus_defaults(FLAGS.preset, FLAGS.dataset))
     files = None
     if FLAGS.dataset == "files":
-        missing = [f"--{name}" for name in ("train_src", "train_tgt", "val_src", "val_tgt") if not FLAGS[name].value]
+        missing = [
+            f"--{name}"
+            for name in ("train_src", "train_tgt", "val_src", "val_tgt")
+            if not FLAGS[name].value
+        ]
         if missing:
             raise app.UsageError(f"--dataset=files needs {', '.join(missing)}.")
         files = {"train": (FLAGS.train_src, FLAGS.train_tgt), "val": (FLAGS.val_src, FLAGS.val_tgt)}
@@ -118,10 +156,17 @@ def _train(termination):
         try:
             boundaries = tuple(int(value) for value in FLAGS.bucket_boundaries)
         except ValueError:
-            raise app.UsageError(f"--bucket_boundaries must be integers. Received: {','.join(FLAGS.bucket_boundaries)}")
+            raise app.UsageError(
+                f"--bucket_boundaries must be integers. Received: {','.join(FLAGS.bucket_boundaries)}"
+            )
     try:
         data = DataOptions(
-            FLAGS.dataset, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir, files, bucket_boundaries=boundaries,
+            FLAGS.dataset,
+            FLAGS.src_lang,
+            FLAGS.tgt_lang,
+            FLAGS.data_dir,
+            files,
+            bucket_boundaries=boundaries,
             sampling_alpha=FLAGS.sampling_alpha,
         )
     except ValueError as err:
@@ -143,24 +188,46 @@ def _train(termination):
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
-    logging.info("Training preset %s on dataset %s, strategy %s (%d replicas), CPU allocator %s", FLAGS.preset,
-                 FLAGS.dataset, FLAGS.strategy, strategy.num_replicas_in_sync, cpu_allocator.describe())
+    logging.info(
+        "Training preset %s on dataset %s, strategy %s (%d replicas), CPU allocator %s",
+        FLAGS.preset,
+        FLAGS.dataset,
+        FLAGS.strategy,
+        strategy.num_replicas_in_sync,
+        cpu_allocator.describe(),
+    )
     if FLAGS.tokenizer_wait < 0 or not FLAGS.lease_timeout > 0:
-        raise app.UsageError(f"--tokenizer_wait must be >= 0 and --lease_timeout > 0. Received: "
-                             f"{FLAGS.tokenizer_wait}, {FLAGS.lease_timeout}")
-    _, results = train_translation(config, model_dir, options, data, strategy, termination=termination,
-                                   allow_changed_data=FLAGS.allow_changed_data, tokenizer_wait=FLAGS.tokenizer_wait,
-                                   lease_timeout=FLAGS.lease_timeout)
+        raise app.UsageError(
+            f"--tokenizer_wait must be >= 0 and --lease_timeout > 0. Received: "
+            f"{FLAGS.tokenizer_wait}, {FLAGS.lease_timeout}"
+        )
+    _, results = train_translation(
+        config,
+        model_dir,
+        options,
+        data,
+        strategy,
+        termination=termination,
+        allow_changed_data=FLAGS.allow_changed_data,
+        tokenizer_wait=FLAGS.tokenizer_wait,
+        lease_timeout=FLAGS.lease_timeout,
+    )
     if results.get("preempted") and results["step"] is None:
-        print("Stopped by SIGTERM during start-up, before any update. Run the same command to resume.")
+        print(
+            "Stopped by SIGTERM during start-up, before any update. Run the same command to resume."
+        )
         return cli.TRY_AGAIN
     if results.get("preempted"):
-        print(f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "
-              "Run the same command to resume.")
+        print(
+            f"Stopped by SIGTERM at step {results['step']}; saved {results['checkpoint']}. "
+            "Run the same command to resume."
+        )
         return cli.TRY_AGAIN
-    print(f"Trained to step {results['step']}: loss {results.get('loss', float('nan')):.4f}, "
-          f"validation loss {results.get('val_loss', float('nan')):.4f}, "
-          f"perplexity {results.get('val_perplexity', float('nan')):.2f}")
+    print(
+        f"Trained to step {results['step']}: loss {results.get('loss', float('nan')):.4f}, "
+        f"validation loss {results.get('val_loss', float('nan')):.4f}, "
+        f"perplexity {results.get('val_perplexity', float('nan')):.2f}"
+    )
     print(f"Checkpoints: {results['checkpoint']}")
     print(f"Tokenizer:   {results['tokenizer']}")
     print(f"TensorBoard: tensorboard --logdir {results['logs']}")

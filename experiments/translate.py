@@ -25,13 +25,17 @@ from keras_transformer import cli, fs
 from keras_transformer.decoding import Translator, decode_lines, translate_lines
 from keras_transformer.runs import load_ensemble, read_run_config
 
-flags.DEFINE_string("model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True)
+flags.DEFINE_string(
+    "model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True
+)
 cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags()
 cli.define_sampling_flags()
 flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
 flags.DEFINE_string("output", None, "Translation file, one line per input line (default: stdout).")
-flags.DEFINE_bool("scores", False, "Append a tab and the hypothesis score (log-probability) to each line.")
+flags.DEFINE_bool(
+    "scores", False, "Append a tab and the hypothesis score (log-probability) to each line."
+)
 flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
 
 FLAGS = flags.FLAGS
@@ -52,15 +56,26 @@ def main(argv):
     del argv
     if FLAGS.ensemble and FLAGS.plot_attention:
         raise app.UsageError("--plot_attention draws one model's attention: drop --ensemble")
-    (lines, replaced), name = read_lines(FLAGS.input)  # before the model: a bad --input fails at once
-    options = cli.search_options(read_run_config(FLAGS.model_dir)[0])  # a bad setting fails before loading
-    model, tokenizer, _ = load_ensemble([FLAGS.model_dir, *FLAGS.ensemble], checkpoint=FLAGS.checkpoint,
-                                        average_last=FLAGS.average_last)
-    translator = Translator(model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs())
+    (lines, replaced), name = read_lines(
+        FLAGS.input
+    )  # before the model: a bad --input fails at once
+    options = cli.search_options(
+        read_run_config(FLAGS.model_dir)[0]
+    )  # a bad setting fails before loading
+    model, tokenizer, _ = load_ensemble(
+        [FLAGS.model_dir, *FLAGS.ensemble],
+        checkpoint=FLAGS.checkpoint,
+        average_last=FLAGS.average_last,
+    )
+    translator = Translator(
+        model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
+    )
     warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
     limit = translator.max_source_length
     for index, pieces in translator.cut_sources(lines):
-        warnings.append((index, f"{pieces} pieces, cut to the first {limit - 1} (max_source_length {limit})"))
+        warnings.append(
+            (index, f"{pieces} pieces, cut to the first {limit - 1} (max_source_length {limit})")
+        )
     for index, warning in sorted(warnings):
         print(f"Warning: {name}, line {index + 1}: {warning}", file=sys.stderr)
     translations, scores = translate_lines(translator, lines)

@@ -35,7 +35,13 @@ from keras_transformer.models.config import PRESETS, TransformerConfig, get_pres
 def define_config_flags(default_preset="tiny", flag_values=flags.FLAGS):
     """Define `--preset` and an override flag for every config field (in `flag_values`)."""
     define = dict(flag_values=flag_values)
-    flags.DEFINE_enum("preset", default_preset, list(PRESETS), "Model preset; other config flags override it.", **define)
+    flags.DEFINE_enum(
+        "preset",
+        default_preset,
+        list(PRESETS),
+        "Model preset; other config flags override it.",
+        **define,
+    )
     for field in dataclasses.fields(TransformerConfig):
         kind = _field_kind(field)
         help_text = f"Override the preset's {field.name}."
@@ -52,13 +58,23 @@ def define_config_flags(default_preset="tiny", flag_values=flags.FLAGS):
 def define_corpus_flags(split=None):
     """`--dataset`, `--data_dir`, `--src_lang`, `--tgt_lang`, and `--split` when `split` is a default."""
     flags.DEFINE_enum("dataset", "builtin", list(DATASETS), "Corpus.")
-    flags.DEFINE_string("data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir).")
+    flags.DEFINE_string(
+        "data_dir", None, "Local copy of the corpus (Multi30k raw files, or the tfds data dir)."
+    )
     flags.DEFINE_string("src_lang", "en", "Source language.")
     flags.DEFINE_string("tgt_lang", "de", "Target language.")
-    flags.DEFINE_list("ptb_val_files", None, "--dataset=ptb, flat directory: val (dev) file names (fnmatch patterns; "
-                      "default: the tenth of the files before the test files).")
-    flags.DEFINE_list("ptb_test_files", None, "--dataset=ptb, flat directory: test file names (fnmatch patterns; "
-                      "default: the last tenth of the files by name).")
+    flags.DEFINE_list(
+        "ptb_val_files",
+        None,
+        "--dataset=ptb, flat directory: val (dev) file names (fnmatch patterns; "
+        "default: the tenth of the files before the test files).",
+    )
+    flags.DEFINE_list(
+        "ptb_test_files",
+        None,
+        "--dataset=ptb, flat directory: test file names (fnmatch patterns; "
+        "default: the last tenth of the files by name).",
+    )
     if split:
         flags.DEFINE_enum("split", split, list(SPLITS), "Corpus split.")
 
@@ -76,15 +92,25 @@ def define_checkpoint_flags(ensemble=False, every_checkpoint=False):
     `every_checkpoint` (a script that scores each checkpoint in turn), no `--checkpoint`, and
     the other two apply at each checkpoint's step (`evaluation.score_checkpoints`)."""
     if every_checkpoint:
-        flags.DEFINE_integer("average_last", None, "At each step, average the last this many checkpoints up to it.")
+        flags.DEFINE_integer(
+            "average_last", None, "At each step, average the last this many checkpoints up to it."
+        )
     else:
-        flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to load (default: the latest of the run).")
-        flags.DEFINE_integer("average_last", None, "Instead, average the last this many checkpoints of the run.")
+        flags.DEFINE_string(
+            "checkpoint", None, "Checkpoint prefix to load (default: the latest of the run)."
+        )
+        flags.DEFINE_integer(
+            "average_last", None, "Instead, average the last this many checkpoints of the run."
+        )
     if ensemble:
-        which = "their checkpoints up to each step" if every_checkpoint else "their latest checkpoints"
+        which = (
+            "their checkpoints up to each step" if every_checkpoint else "their latest checkpoints"
+        )
         flags.DEFINE_list(
-            "ensemble", [], "More run directories, trained with --model_dir's tokenizer: the search averages their "
-            f"next-token distributions with --model_dir's at every step ({which}, or --average_last)."
+            "ensemble",
+            [],
+            "More run directories, trained with --model_dir's tokenizer: the search averages their "
+            f"next-token distributions with --model_dir's at every step ({which}, or --average_last).",
         )
 
 
@@ -100,34 +126,62 @@ def define_search_flags(batch_size=64, method=True, flag_values=flags.FLAGS):
     define = dict(flag_values=flag_values)
     if method:
         flags.DEFINE_enum("method", "beam", list(METHODS), "Search method.", **define)
-    flags.DEFINE_integer("beam_size", None, "Beam width (default: the run config's, paper: 4).", **define)
-    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the config's, paper: 0.6).", **define)
-    flags.DEFINE_integer("max_output_offset", None, "At most source length + this many output tokens (paper: 50).", **define)
+    flags.DEFINE_integer(
+        "beam_size", None, "Beam width (default: the run config's, paper: 4).", **define
+    )
+    flags.DEFINE_float(
+        "length_penalty",
+        None,
+        "GNMT length penalty alpha (default: the config's, paper: 0.6).",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "max_output_offset",
+        None,
+        "At most source length + this many output tokens (paper: 50).",
+        **define,
+    )
     if batch_size is not None:
-        flags.DEFINE_integer("batch_size", batch_size, "Sentences translated together (grouped by length).", **define)
+        flags.DEFINE_integer(
+            "batch_size", batch_size, "Sentences translated together (grouped by length).", **define
+        )
 
 
 def define_sampling_flags(flag_values=flags.FLAGS):
     """`--temperature`, `--top_k`, `--top_p`, `--seed`: the settings of `--method=sample`."""
     define = dict(flag_values=flag_values)
     flags.DEFINE_float("temperature", None, "--method=sample: softmax temperature.", **define)
-    flags.DEFINE_integer("top_k", None, "--method=sample: keep the k most probable tokens (0: all).", **define)
-    flags.DEFINE_float("top_p", None, "--method=sample: nucleus probability mass (1.0: all).", **define)
-    flags.DEFINE_integer("seed", None, "--method=sample: seed (default: different samples on every run).", **define)
+    flags.DEFINE_integer(
+        "top_k", None, "--method=sample: keep the k most probable tokens (0: all).", **define
+    )
+    flags.DEFINE_float(
+        "top_p", None, "--method=sample: nucleus probability mass (1.0: all).", **define
+    )
+    flags.DEFINE_integer(
+        "seed", None, "--method=sample: seed (default: different samples on every run).", **define
+    )
 
 
 def define_vocabulary_map_flag(flag_values=flags.FLAGS):
     """`--vocabulary_map=PER_SOURCE,FREQUENT`: beam search over a per-batch target shortlist."""
     flags.DEFINE_list(
-        "vocabulary_map", None, "An approximate beam search whose output projection covers only each batch's "
+        "vocabulary_map",
+        None,
+        "An approximate beam search whose output projection covers only each batch's "
         "shortlist (CTranslate2's vocabulary map, docs/decoding.md): PER_SOURCE,FREQUENT target tokens, e.g. 20,500: "
         "per source token the PER_SOURCE that co-occur with it most in the run's training pairs, and the FREQUENT "
-        "most frequent. Default: the full vocabulary (exact).", flag_values=flag_values)
+        "most frequent. Default: the full vocabulary (exact).",
+        flag_values=flag_values,
+    )
     flags.register_validator(
-        "vocabulary_map", lambda values: values is None or (len(values) == 2 and all(v.isdigit() for v in values)
-                                                            and int(values[0]) > 0),
+        "vocabulary_map",
+        lambda values: (
+            values is None
+            or (len(values) == 2 and all(v.isdigit() for v in values) and int(values[0]) > 0)
+        ),
         "--vocabulary_map takes two integers PER_SOURCE,FREQUENT with PER_SOURCE > 0, e.g. 20,500.",
-        flag_values=flag_values)
+        flag_values=flag_values,
+    )
 
 
 def vocabulary_map(model_dir, flag_values=flags.FLAGS):
@@ -140,7 +194,15 @@ def vocabulary_map(model_dir, flag_values=flags.FLAGS):
     return run_vocabulary_map(model_dir, per_source=per_source, frequent=frequent)
 
 
-SEARCH_FLAGS = ("beam_size", "length_penalty", "max_output_offset", "temperature", "top_k", "top_p", "seed")
+SEARCH_FLAGS = (
+    "beam_size",
+    "length_penalty",
+    "max_output_offset",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+)
 """The flags of `define_search_flags` and `define_sampling_flags` that are `SearchOptions` fields."""
 
 
@@ -173,9 +235,13 @@ def define_scoring_flags():
     """`--max_sentences`, `--lowercase` and `--tokenize`: which sentences and how sacreBLEU scores them."""
     from keras_transformer.evaluation.bleu import TOKENIZERS
 
-    flags.DEFINE_integer("max_sentences", None, "Score only the first this many sentences of the split.")
+    flags.DEFINE_integer(
+        "max_sentences", None, "Score only the first this many sentences of the split."
+    )
     flags.DEFINE_bool("lowercase", False, "Case-insensitive BLEU and chrF.")
-    flags.DEFINE_enum("tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin).")
+    flags.DEFINE_enum(
+        "tokenize", None, list(TOKENIZERS), "sacreBLEU tokenizer (default: 13a; char for builtin)."
+    )
 
 
 # Vocabulary sizes that suit each corpus when neither --vocabulary_size nor a corpus preset gives one.
@@ -248,7 +314,9 @@ def run(main, tensorflow_only=True):
     unless `TF_CPU_ALLOCATOR_USE_BFC` in the environment says otherwise.
     """
     use_pooled_cpu_allocator()
-    flags.DEFINE_bool("traceback", False, "On an error, show the Python traceback instead of one line.")
+    flags.DEFINE_bool(
+        "traceback", False, "On an error, show the Python traceback instead of one line."
+    )
     # `--help` lists the main module's key flags; absl names that module by sys.argv[0].
     for flag in flags.FLAGS.get_key_flags_for_module(__name__):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

@@ -190,7 +190,9 @@ def rename(source, target, overwrite=False):
             if gfile.exists(target) and not overwrite:
                 raise FileExistsError(errno.EEXIST, "already exists", target)
             copy_tree(source, target)
-            for directory, _, files in gfile.walk(source, topdown=False):  # gfile.rmtree trips on "a/.b"
+            for directory, _, files in gfile.walk(
+                source, topdown=False
+            ):  # gfile.rmtree trips on "a/.b"
                 for file_name in files:
                     if gfile.exists(join(directory, file_name)):
                         gfile.remove(join(directory, file_name))
@@ -299,7 +301,7 @@ def copy_tree(source, target):
     """Copy the files under directory `source` into `target` (created), on any filesystems."""
     source = os.fspath(source).rstrip("/")
     for directory, _, files in gfile.walk(source):
-        relative = directory[len(source):].strip("/")
+        relative = directory[len(source) :].strip("/")
         destination = join(target, relative) if relative else as_path(target)
         makedirs(destination)
         for file_name in files:
@@ -339,7 +341,9 @@ def has_atomic_rename(path):
 
 def _listed(path):
     """Whether `path` is an entry of its directory (`exists` on `ram://` also says yes for "a/1" when only "a/10" is)."""
-    return isdir(parent(path)) and posixpath.basename(os.fspath(path).rstrip("/")) in listdir(parent(path))
+    return isdir(parent(path)) and posixpath.basename(os.fspath(path).rstrip("/")) in listdir(
+        parent(path)
+    )
 
 
 def claim(path, exist_ok=False):
@@ -356,8 +360,12 @@ def claim(path, exist_ok=False):
         with gfile.GFile(os.fspath(mine), "wb") as f:
             f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.0f}\n".encode())
     try:
-        others = [entry for entry in listdir(directory)
-                  if entry.startswith(f".{base}.{CLAIM_KIND}-") and entry != posixpath.basename(os.fspath(mine))]
+        others = [
+            entry
+            for entry in listdir(directory)
+            if entry.startswith(f".{base}.{CLAIM_KIND}-")
+            and entry != posixpath.basename(os.fspath(mine))
+        ]
         if others:
             raise FileExistsError(
                 f"Another writer is publishing {path} (its claim: {join(directory, others[0])}; a claim left by a "
@@ -379,8 +387,15 @@ def release(claim_file):
 def claimed_names(directory):
     """The names in `directory` that a writer's claim holds (published or not)."""
     marker = f".{CLAIM_KIND}-"
-    return {entry[1:].rsplit(marker, 1)[0] for entry in listdir(directory)
-            if entry.startswith(".") and marker in entry} if isdir(directory) else set()
+    return (
+        {
+            entry[1:].rsplit(marker, 1)[0]
+            for entry in listdir(directory)
+            if entry.startswith(".") and marker in entry
+        }
+        if isdir(directory)
+        else set()
+    )
 
 
 @contextlib.contextmanager
@@ -416,9 +431,11 @@ def _files(directory):
     found = []
     with os_errors(directory):
         for walked, _, names in gfile.walk(directory):
-            relative = walked[len(directory):].strip("/")
+            relative = walked[len(directory) :].strip("/")
             for file_name in names:
-                if gfile.exists(os.fspath(join(walked, file_name))):  # ram:// also lists "a.b/c" as "a/.b/c"
+                if gfile.exists(
+                    os.fspath(join(walked, file_name))
+                ):  # ram:// also lists "a.b/c" as "a/.b/c"
                     found.append(f"{relative}/{file_name}" if relative else file_name)
     return sorted(found)
 
@@ -523,6 +540,10 @@ def publish_prefix(staged_prefix, prefix, last_suffix=".index"):
     for path in sorted(old, key=lambda path: not path.endswith(last_suffix)):
         remove(path)
     for path in sorted(new, key=lambda path: path.endswith(last_suffix)):
-        suffix = posixpath.basename(path)[len(staged_name):]
-        rename(path, join(target_dir, f"{posixpath.basename(os.fspath(prefix))}{suffix}"), overwrite=True)
+        suffix = posixpath.basename(path)[len(staged_name) :]
+        rename(
+            path,
+            join(target_dir, f"{posixpath.basename(os.fspath(prefix))}{suffix}"),
+            overwrite=True,
+        )
     return as_path(prefix)

@@ -44,7 +44,11 @@ def list_versions(model_root):
     """The integer versions in `saved_models/<name>`, sorted (other entries are ignored), complete or not."""
     if not fs.isdir(model_root):
         return []
-    return sorted(int(entry) for entry in fs.listdir(model_root) if entry.isdigit() and fs.isdir(fs.join(model_root, entry)))
+    return sorted(
+        int(entry)
+        for entry in fs.listdir(model_root)
+        if entry.isdigit() and fs.isdir(fs.join(model_root, entry))
+    )
 
 
 def next_version(model_root):
@@ -58,11 +62,18 @@ def next_version(model_root):
 
 def missing_files(saved_model_dir):
     """What a SavedModel directory lacks: `saved_model.pb`, the variables' index, a data shard; [] if complete."""
-    missing = [relative for relative in (SAVED_MODEL_FILE, VARIABLES_INDEX)
-               if not fs.isfile(fs.join(saved_model_dir, relative))]
-    shards = [fs.name(path) for path in fs.glob(fs.join(saved_model_dir, "variables", "variables.data-*"))]
+    missing = [
+        relative
+        for relative in (SAVED_MODEL_FILE, VARIABLES_INDEX)
+        if not fs.isfile(fs.join(saved_model_dir, relative))
+    ]
+    shards = [
+        fs.name(path) for path in fs.glob(fs.join(saved_model_dir, "variables", "variables.data-*"))
+    ]
     counts = {int(match.group(1)) for match in map(_DATA_SHARD.match, shards) if match}
-    expected = [f"variables.data-{index:05d}-of-{count:05d}" for count in counts for index in range(count)]
+    expected = [
+        f"variables.data-{index:05d}-of-{count:05d}" for count in counts for index in range(count)
+    ]
     missing += [f"variables/{shard}" for shard in expected if shard not in shards]
     if not shards:
         missing.append("variables/variables.data-*")
@@ -88,7 +99,9 @@ def claim_version(model_root, version=None, attempts=50):
                     f"Version {version} of {model_root} cannot be written: {error}. Versions are never "
                     f"overwritten; choose another version, or none for the next free one."
                 ) from None
-            time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # two exports that collided part ways
+            time.sleep(
+                random.uniform(0, 0.01 * (attempt + 1))
+            )  # two exports that collided part ways
     raise RuntimeError(f"Could not claim a version number in {model_root} in {attempts} attempts")
 
 
@@ -109,7 +122,9 @@ def publish_version(model_root, write, version=None):
         write(staged)
         missing = missing_files(staged)
         if missing:
-            raise FileNotFoundError(f"The SavedModel written to {staged} lacks {', '.join(missing)}")
+            raise FileNotFoundError(
+                f"The SavedModel written to {staged} lacks {', '.join(missing)}"
+            )
         return fs.publish(staged, target, last=(SAVED_MODEL_FILE,))
 
 
@@ -126,7 +141,9 @@ def resolve_saved_model(path):
     if fs.isfile(fs.join(path, SAVED_MODEL_FILE)):
         missing = missing_files(path)
         if missing:
-            raise FileNotFoundError(f"{path} is an incomplete SavedModel: it lacks {', '.join(missing)}")
+            raise FileNotFoundError(
+                f"{path} is an incomplete SavedModel: it lacks {', '.join(missing)}"
+            )
         return path
     versions = list_versions(path)
     if not versions:
@@ -139,4 +156,6 @@ def resolve_saved_model(path):
         if not missing:
             return candidate
         logging.warning("Skipped version %s of %s: it lacks %s", version, path, ", ".join(missing))
-    raise FileNotFoundError(f"No complete version in {path}: every version lacks saved_model.pb or its variables")
+    raise FileNotFoundError(
+        f"No complete version in {path}: every version lacks saved_model.pb or its variables"
+    )

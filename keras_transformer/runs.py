@@ -68,8 +68,12 @@ READ_ERRORS = (tf.errors.OpError, IndexError)
 
 # What TensorFlow's checkpoint reader says of an index or data file whose bytes are bad; it
 # reports these (and any other failure, a storage one included) as a plain UNKNOWN OpError.
-_CORRUPT_MESSAGES = ("too short to be an sstable", "Perhaps the file is corrupt", "Checksum does not match",
-                     "Unable to open table file")
+_CORRUPT_MESSAGES = (
+    "too short to be an sstable",
+    "Perhaps the file is corrupt",
+    "Checksum does not match",
+    "Unable to open table file",
+)
 
 
 def damage_reason(path, error):
@@ -91,9 +95,13 @@ def damage_reason(path, error):
     if type(error) in (tf.errors.NotFoundError, tf.errors.OpError, tf.errors.UnknownError):
         missing = missing_checkpoint_files(path)
         if missing:
-            return {".index": "its index file is missing", ".data-*": "its data files are missing"}.get(
-                missing[0][len(str(path)):], f"{missing[0]} is missing")
-        if type(error) is not tf.errors.NotFoundError and any(text in str(error) for text in _CORRUPT_MESSAGES):
+            return {
+                ".index": "its index file is missing",
+                ".data-*": "its data files are missing",
+            }.get(missing[0][len(str(path)) :], f"{missing[0]} is missing")
+        if type(error) is not tf.errors.NotFoundError and any(
+            text in str(error) for text in _CORRUPT_MESSAGES
+        ):
             return unreadable_reason(error)
     return None
 
@@ -107,12 +115,18 @@ def missing_checkpoint_files(path):
     if not shards:
         return [f"{path}.data-*"]
     total = int(shards[0].rsplit("-of-", 1)[1])
-    return [name for name in (f"{path}.data-{i:05d}-of-{total:05d}" for i in range(total)) if name not in shards]
+    return [
+        name
+        for name in (f"{path}.data-{i:05d}-of-{total:05d}" for i in range(total))
+        if name not in shards
+    ]
 
 
 def error_line(error):
     """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` and `[Op:...]` wrapping."""
-    message = (getattr(error, "message", None) or str(error) or type(error).__name__).splitlines()[0]
+    message = (getattr(error, "message", None) or str(error) or type(error).__name__).splitlines()[
+        0
+    ]
     return re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", message)
 
 
@@ -121,7 +135,10 @@ def unreadable_reason(error):
     if isinstance(error, IndexError):
         return f"a data file is shorter than its index says (truncated: {error})"
     message = error_line(error).split(": Unsuccessful TensorSliceReader constructor: ", 1)[-1]
-    if isinstance(error, tf.errors.NotFoundError) and "Failed to find any matching files" in message:
+    if (
+        isinstance(error, tf.errors.NotFoundError)
+        and "Failed to find any matching files" in message
+    ):
         return "its index file is missing"
     return f"{type(error).__name__}: {message}"
 
@@ -186,7 +203,9 @@ def read_run_config(model_dir):
     """
     path = config_path(model_dir)
     if not fs.exists(path):
-        raise FileNotFoundError(f"No run config at {path}: is {model_dir} a training run directory?")
+        raise FileNotFoundError(
+            f"No run config at {path}: is {model_dir} a training run directory?"
+        )
     payload = json.loads(fs.read_text(path))
     return TransformerConfig.from_dict(payload["model"]), payload
 
@@ -197,7 +216,9 @@ def load_run_pairs(model_dir, split):
     from keras_transformer.data.sources import load_pairs
 
     data = read_run_config(model_dir)[1]["data"]
-    return load_pairs(data["dataset"], split, data["src_lang"], data["tgt_lang"], data["data_dir"], data["files"])
+    return load_pairs(
+        data["dataset"], split, data["src_lang"], data["tgt_lang"], data["data_dir"], data["files"]
+    )
 
 
 def checkpoint_step(path):
@@ -212,7 +233,9 @@ def checkpoint_step(path):
     try:
         return int(name.rsplit("-", 1)[1])
     except (IndexError, ValueError):
-        raise ValueError(f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')") from None
+        raise ValueError(
+            f"Cannot read a step from the checkpoint name {path!r} (expected '<prefix>-<step>')"
+        ) from None
 
 
 def checkpoint_paths(directory, last=None, until_step=None):
@@ -228,7 +251,9 @@ def checkpoint_paths(directory, last=None, until_step=None):
             (naming both numbers).
     """
     state = checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths) if state is not None else _found_on_disk(directory)
+    paths = (
+        list(state.all_model_checkpoint_paths) if state is not None else _found_on_disk(directory)
+    )
     if until_step is not None:
         paths = [path for path in paths if checkpoint_step(path) <= until_step]
     upto = "" if until_step is None else f" up to step {until_step}"
@@ -273,13 +298,21 @@ def checkpoint_state(directory):
         if not state.model_checkpoint_path:
             raise ValueError("it names no latest checkpoint")
     except (UnicodeDecodeError, text_format.ParseError, ValueError) as error:
-        raise UnreadableCheckpointError(f"Cannot read the checkpoint state file {path}: {error}") from None
+        raise UnreadableCheckpointError(
+            f"Cannot read the checkpoint state file {path}: {error}"
+        ) from None
 
     def full(prefix):
-        return prefix if prefix.startswith("/") or fs.is_url(prefix) else str(fs.join(directory, prefix))
+        return (
+            prefix
+            if prefix.startswith("/") or fs.is_url(prefix)
+            else str(fs.join(directory, prefix))
+        )
 
     state.model_checkpoint_path = full(state.model_checkpoint_path)
-    state.all_model_checkpoint_paths[:] = [full(prefix) for prefix in state.all_model_checkpoint_paths]
+    state.all_model_checkpoint_paths[:] = [
+        full(prefix) for prefix in state.all_model_checkpoint_paths
+    ]
     return state
 
 
@@ -316,7 +349,11 @@ def _found_on_disk(directory):
     """`checkpoints_on_disk(directory)`, with a warning when there are any (the state file is missing)."""
     found = checkpoints_on_disk(directory)
     if found:
-        logging.warning("No checkpoint state file in %s; reading the %d checkpoints found there", directory, len(found))
+        logging.warning(
+            "No checkpoint state file in %s; reading the %d checkpoints found there",
+            directory,
+            len(found),
+        )
     return found
 
 
@@ -329,9 +366,13 @@ def read_model_weights(model, path):
         UnreadableCheckpointError: naming the checkpoint and why its files cannot be read.
     """
     try:
-        tf.train.Checkpoint(model=model).read(str(path)).expect_partial().assert_existing_objects_matched()
+        tf.train.Checkpoint(model=model).read(
+            str(path)
+        ).expect_partial().assert_existing_objects_matched()
     except READ_ERRORS as error:
-        raise UnreadableCheckpointError(f"Cannot read checkpoint {path}: {unreadable_reason(error)}") from None
+        raise UnreadableCheckpointError(
+            f"Cannot read checkpoint {path}: {unreadable_reason(error)}"
+        ) from None
     return model
 
 
@@ -435,6 +476,11 @@ def load_ensemble(model_dirs, checkpoint=None, average_last=None, dtype=None, qu
                 f"{path} is not the tokenizer of {model_dirs[0]}: the runs of an ensemble share one (copy it into "
                 "a run's directory before training it)"
             )
-    model, tokenizer, config = load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
-    others = [load_run(model_dir, None, average_last, dtype, quantization)[0] for model_dir in model_dirs[1:]]
+    model, tokenizer, config = load_run(
+        model_dirs[0], checkpoint, average_last, dtype, quantization
+    )
+    others = [
+        load_run(model_dir, None, average_last, dtype, quantization)[0]
+        for model_dir in model_dirs[1:]
+    ]
     return Ensemble([model, *others]), tokenizer, config

@@ -59,8 +59,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # runs on the first device, as it would with one.
 JAX_DEVICES = 2
 _XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
-if os.environ.get("KERAS_BACKEND") == "jax" and "xla_force_host_platform_device_count" not in _XLA_FLAGS:
-    os.environ["XLA_FLAGS"] = f"{_XLA_FLAGS} --xla_force_host_platform_device_count={JAX_DEVICES}".strip()
+if (
+    os.environ.get("KERAS_BACKEND") == "jax"
+    and "xla_force_host_platform_device_count" not in _XLA_FLAGS
+):
+    os.environ["XLA_FLAGS"] = (
+        f"{_XLA_FLAGS} --xla_force_host_platform_device_count={JAX_DEVICES}".strip()
+    )
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
@@ -80,6 +85,7 @@ from keras_transformer.layers import (  # noqa: E402
     scaled_dot_product_attention,
 )
 from keras_transformer.layers.dropout import ReplicaDropout  # noqa: E402
+
 # Importing the toolkit (its layers and models) imports no TensorFlow on JAX and PyTorch.
 # (Keras itself imports it later, where installed, to serialize configs.)
 TENSORFLOW_IMPORTED_BY_THE_TOOLKIT = "tensorflow" in sys.modules
@@ -144,7 +150,13 @@ EXTRA_CASES = {
     ),
     "decoder_block_padded": LayerCase(
         DecoderBlock,
-        dict(num_heads=H, intermediate_dim=F, dropout=0.1, attention_dropout=0.1, activation_dropout=0.1),
+        dict(
+            num_heads=H,
+            intermediate_dim=F,
+            dropout=0.1,
+            attention_dropout=0.1,
+            activation_dropout=0.1,
+        ),
         lambda rng: {
             "decoder_sequence": random_floats(rng, B, T, D),
             "encoder_sequence": random_floats(rng, B, S, D),
@@ -197,7 +209,11 @@ MODEL_CONFIG = dict(
 MODELS = {
     "transformer": MODEL_CONFIG,
     "transformer_windowed": dict(
-        MODEL_CONFIG, attention_window=2, normalize_first=True, positional="learned", tie_output=False
+        MODEL_CONFIG,
+        attention_window=2,
+        normalize_first=True,
+        positional="learned",
+        tie_output=False,
     ),
 }
 # A tiny parsing model (`check_parsing`): word positions, encoder-decoder attention within
@@ -297,16 +313,28 @@ OUTPUT_NAMES = (
     *(f"{name}/{kind}" for name in CACHED_DECODER_CASES for kind in ("full", "steps", "chunks")),
     *(f"{model}/{kind}" for model in MODELS for kind in MODEL_OUTPUTS),
     *(f"{model}/search/{kind}" for model in SEARCHED_MODELS for kind in SEARCH_OUTPUTS),
-    *(f"loss/{case}/{kind}" for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")),
+    *(
+        f"loss/{case}/{kind}"
+        for case in LOSS_CASES
+        for kind in ("token_losses", "value", "gradient")
+    ),
     *FIT_OUTPUTS,
 )
 # Each output's bound against TensorFlow: MAX_ABS_DIFF unless named here.
 OUTPUT_ATOL = {
-    **{f"loss/{case}/{kind}": LOSS_ATOL for case in LOSS_CASES for kind in ("token_losses", "value", "gradient")},
+    **{
+        f"loss/{case}/{kind}": LOSS_ATOL
+        for case in LOSS_CASES
+        for kind in ("token_losses", "value", "gradient")
+    },
     "fit/first_loss": FIT_FIRST_LOSS_ATOL,
     "fit/losses": FIT_LOSS_ATOL,
     "fit/evaluate": FIT_LOSS_ATOL,
-    **{f"{model}/search/{kind}": 0 for model in SEARCHED_MODELS for kind in ("greedy_ids", "beam_ids")},
+    **{
+        f"{model}/search/{kind}": 0
+        for model in SEARCHED_MODELS
+        for kind in ("greedy_ids", "beam_ids")
+    },
 }
 
 
@@ -318,7 +346,11 @@ def output_atol(name):
 CHECK_NAMES = (
     *(f"{name}/{check}" for name in CASES for check in ("get_config", "keras_file")),
     "implicit_mask_encoder/explicit",
-    *(f"{name}/{kind}" for name in CACHED_DECODER_CASES for kind in ("steps_equal_full", "chunks_equal_full")),
+    *(
+        f"{name}/{kind}"
+        for name in CACHED_DECODER_CASES
+        for kind in ("steps_equal_full", "chunks_equal_full")
+    ),
     *(
         f"{model}/{check}"
         for model in MODELS
@@ -339,7 +371,10 @@ CHECK_NAMES = (
     "dropout/advances",
     "dropout/inference",
     "imports/no_tensorflow",
-    *(f"tensorflow_only/{feature}" for feature in ("sampling", "uncached_search", "compiled_search", "trainer", "strategy")),
+    *(
+        f"tensorflow_only/{feature}"
+        for feature in ("sampling", "uncached_search", "compiled_search", "trainer", "strategy")
+    ),
     "search/bad_source_ids",
     "search/top_k_in_two_stages",
     "jax_only/data_parallel",
@@ -356,7 +391,9 @@ BACKEND_CHECK_NAMES = {
     # On TensorFlow, XLA's static shapes (a preallocated cache, every sentence in the batch
     # to the end, as on JAX) give the outputs of the eager search (a growing cache, done
     # sentences leaving the batch).
-    "tensorflow": tuple(f"{model}/search/static_shapes_equal_shrinking_batch" for model in SEARCHED_MODELS),
+    "tensorflow": tuple(
+        f"{model}/search/static_shapes_equal_shrinking_batch" for model in SEARCHED_MODELS
+    ),
 }
 
 
@@ -396,7 +433,10 @@ class Recorder:
             function(self, *args)
         except Exception as error:  # noqa: BLE001  (recorded; the test reports it)
             lines = traceback.format_exception_only(type(error), error)
-            self.checks[f"error/{name}"] = {"ok": False, "detail": f"{lines[-1].strip()}\n{traceback.format_exc()}"}
+            self.checks[f"error/{name}"] = {
+                "ok": False,
+                "detail": f"{lines[-1].strip()}\n{traceback.format_exc()}",
+            }
         self.seconds[name] = round(time.monotonic() - started, 2)
 
 
@@ -451,7 +491,11 @@ def check_layer_case(recorder, out_dir, name):
 def check_functions(recorder, out_dir):
     """The mask helpers and eq. 1 as functions; attention scores; the embedding's implicit mask."""
     rng = np.random.default_rng(5)
-    query, key, value = random_floats(rng, B, H, T, 4), random_floats(rng, B, H, S, 4), random_floats(rng, B, H, S, 6)
+    query, key, value = (
+        random_floats(rng, B, H, T, 4),
+        random_floats(rng, B, H, S, 4),
+        random_floats(rng, B, H, S, 6),
+    )
     mask = rng.random((B, 1, T, S)) < 0.7
     mask[..., 0] = True  # every query sees one key at least
     outputs, weights = scaled_dot_product_attention(query, key, value, mask)
@@ -461,7 +505,12 @@ def check_functions(recorder, out_dir):
     recorder.output("functions/padding_mask", ops.cast(padding_mask(ids), "int32"))
     recorder.output("functions/causal_mask", ops.cast(causal_mask(4, 6, offset=2), "int32"))
     merged = merge_masks(
-        T, S, key_padding_mask=padding([S, 4], S), attention_mask=rng.random((B, T, S)) < 0.8, causal=True, causal_offset=1
+        T,
+        S,
+        key_padding_mask=padding([S, 4], S),
+        attention_mask=rng.random((B, T, S)) < 0.8,
+        causal=True,
+        causal_offset=1,
     )
     recorder.output("functions/merge_masks", ops.cast(merged, "int32"))
 
@@ -513,7 +562,10 @@ def check_cached_decoder(recorder, out_dir, name):
         for size in chunks:
             index = ops.convert_to_tensor(start, "int32")
             step, cache = block(
-                decoder_sequence[:, start : start + size], encoder_padding_mask=encoder_mask, cache=cache, cache_index=index
+                decoder_sequence[:, start : start + size],
+                encoder_padding_mask=encoder_mask,
+                cache=cache,
+                cache_index=index,
             )
             outputs.append(numpy(step))
             start += size
@@ -536,7 +588,9 @@ def _cached_logits(model, inputs, max_length):
     steps = []
     for position in range(TARGET_LENGTH):
         index = ops.convert_to_tensor(position, "int32")
-        logits, cache = model.decode_step(inputs["target_ids"][:, position : position + 1], cache, index, source_mask)
+        logits, cache = model.decode_step(
+            inputs["target_ids"][:, position : position + 1], cache, index, source_mask
+        )
         steps.append(numpy(logits))
     return np.concatenate(steps, axis=1)
 
@@ -578,7 +632,11 @@ def check_model(recorder, out_dir, name):
     recorder.output(f"{name}/steps", steps)
     recorder.output(f"{name}/steps_growing", _cached_logits(model, inputs, None))
     diff = max_diff(steps[real], numpy(decoded)[real])
-    recorder.check(f"{name}/steps_equal_decode", diff <= MAX_ABS_DIFF, f"max |diff| {diff:.3g} at real positions")
+    recorder.check(
+        f"{name}/steps_equal_decode",
+        diff <= MAX_ABS_DIFF,
+        f"max |diff| {diff:.3g} at real positions",
+    )
     check_search(recorder, name, model)
 
     # .keras file written and read on this backend; get_config and JSON round trip.
@@ -586,13 +644,17 @@ def check_model(recorder, out_dir, name):
     model.save(path)
     recorder.same(f"{name}/keras_file", keras.saving.load_model(path)(inputs), logits)
     revived = Transformer.from_config(model.get_config())
-    deserialized = keras.saving.deserialize_keras_object(json.loads(json.dumps(keras.saving.serialize_keras_object(model))))
+    deserialized = keras.saving.deserialize_keras_object(
+        json.loads(json.dumps(keras.saving.serialize_keras_object(model)))
+    )
     revived(inputs)
     revived.set_weights(model.get_weights())
     diff = max_diff(numpy(revived(inputs)), numpy(logits))
     same_config = revived.get_config() == model.get_config() == deserialized.get_config()
     recorder.check(
-        f"{name}/get_config", same_config and diff <= SAME_ATOL, f"config equal: {same_config}; max |diff| {diff:.3g}"
+        f"{name}/get_config",
+        same_config and diff <= SAME_ATOL,
+        f"config equal: {same_config}; max |diff| {diff:.3g}",
     )
 
     # Dropout: the same seed draws the same masks; dropout changes the output; rates 0 with
@@ -607,7 +669,9 @@ def check_model(recorder, out_dir, name):
     first, second = trained_call(config, 11), trained_call(config, 11)
     recorder.same(f"{name}/dropout_reproducible", first, second, atol=0.0)
     diff = max_diff(first, numpy(logits))
-    recorder.check(f"{name}/dropout_active", diff > 1e-3, f"training=True vs inference max |diff| {diff:.3g}")
+    recorder.check(
+        f"{name}/dropout_active", diff > 1e-3, f"training=True vs inference max |diff| {diff:.3g}"
+    )
     no_dropout = config.replace(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     rate0 = trained_call(no_dropout, 12)
     recorder.output(f"{name}/training_rate0", rate0[real])
@@ -629,12 +693,18 @@ def check_search(recorder, name, model, source=None, constraint=None):
         recorder.output(f"{name}/search/{kind}", value)
 
     def searches(source):
-        return (*greedy_search(model, source, **search), *beam_search(model, source, **search, **BEAM))
+        return (
+            *greedy_search(model, source, **search),
+            *beam_search(model, source, **search, **BEAM),
+        )
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        check, compiled = "static_shapes_equal_shrinking_batch", tf.function(searches, jit_compile=True)
+        check, compiled = (
+            "static_shapes_equal_shrinking_batch",
+            tf.function(searches, jit_compile=True),
+        )
     elif keras.backend.backend() == "jax":
         import jax
 
@@ -642,10 +712,17 @@ def check_search(recorder, name, model, source=None, constraint=None):
     else:
         return
     compiled = dict(zip(SEARCH_OUTPUTS, compiled(keras.ops.convert_to_tensor(source))))
-    same_ids = all(np.array_equal(numpy(compiled[kind]), numpy(found[kind])) for kind in ("greedy_ids", "beam_ids"))
-    diff = max(max_diff(numpy(compiled[kind]), numpy(found[kind])) for kind in ("greedy_scores", "beam_scores"))
+    same_ids = all(
+        np.array_equal(numpy(compiled[kind]), numpy(found[kind]))
+        for kind in ("greedy_ids", "beam_ids")
+    )
+    diff = max(
+        max_diff(numpy(compiled[kind]), numpy(found[kind]))
+        for kind in ("greedy_scores", "beam_scores")
+    )
     recorder.check(
-        f"{name}/search/{check}", same_ids and diff <= MAX_ABS_DIFF,
+        f"{name}/search/{check}",
+        same_ids and diff <= MAX_ABS_DIFF,
         f"token ids equal: {same_ids}; scores max |diff| {diff:.3g}",
     )
 
@@ -677,13 +754,19 @@ def check_dropout(recorder, out_dir):
     layer = ReplicaDropout(rate, seed=7)
     dropped = numpy(layer(ones, training=True))
     fraction = float(np.mean(dropped == 0))
-    recorder.check("dropout/fraction", abs(fraction - rate) < 0.02, f"{fraction:.4f} of {ones.size} units dropped, rate {rate}")
+    recorder.check(
+        "dropout/fraction",
+        abs(fraction - rate) < 0.02,
+        f"{fraction:.4f} of {ones.size} units dropped, rate {rate}",
+    )
     kept = dropped[dropped != 0]
     recorder.same("dropout/scale", kept, np.full_like(kept, 1 / (1 - rate)))
     again = numpy(ReplicaDropout(rate, seed=7)(ones, training=True))
     recorder.same("dropout/reproducible", dropped, again, atol=0.0)
     following = numpy(layer(ones, training=True))
-    recorder.check("dropout/advances", not np.array_equal(following, dropped), "a second call draws a new mask")
+    recorder.check(
+        "dropout/advances", not np.array_equal(following, dropped), "a second call draws a new mask"
+    )
     recorder.same("dropout/inference", layer(ones, training=False), ones, atol=0.0)
 
 
@@ -703,7 +786,11 @@ def check_only_on(recorder, name, feature, runs_on):
 
 def check_tensorflow_only(recorder, out_dir):
     """What runs on TensorFlow only: it runs there, and fails elsewhere with one line naming the backend."""
-    from keras_transformer.decoding import greedy_search, make_search_fn, sample  # imports TensorFlow (and TensorFlow Text)
+    from keras_transformer.decoding import (
+        greedy_search,
+        make_search_fn,
+        sample,
+    )  # imports TensorFlow (and TensorFlow Text)
     from keras_transformer.training import Trainer, create_strategy
 
     config = get_preset("tiny", **MODEL_CONFIG)
@@ -740,7 +827,11 @@ def check_search_input(recorder, out_dir):
             except ValueError as error:
                 if not (str(error).startswith("source_ids must") and str(error).endswith(expected)):
                     messages.append(f"{search.__name__}: {error}")
-    recorder.check("search/bad_source_ids", not messages, "; ".join(messages) or "4 one-line errors naming the value")
+    recorder.check(
+        "search/bad_source_ids",
+        not messages,
+        "; ".join(messages) or "4 one-line errors naming the value",
+    )
 
 
 def check_two_stage_top_k(recorder, out_dir):
@@ -761,14 +852,20 @@ def check_two_stage_top_k(recorder, out_dir):
         block = None if block == 1 else block
         values = rng.integers(-3, 3, size=(rows, width)).astype("float32")
         values[rng.random((rows, width)) < 0.2] = -np.inf
-        order = np.stack([np.lexsort((np.arange(width), -row))[:k] for row in values])  # value desc, index asc
-        found_values, found_indices = (numpy(x) for x in selection.top_k(ops.convert_to_tensor(values), k, block=block))
+        order = np.stack(
+            [np.lexsort((np.arange(width), -row))[:k] for row in values]
+        )  # value desc, index asc
+        found_values, found_indices = (
+            numpy(x) for x in selection.top_k(ops.convert_to_tensor(values), k, block=block)
+        )
         ok = np.array_equal(found_values, np.take_along_axis(values, order, axis=1))
         if ties_by_index:
             ok = ok and np.array_equal(found_indices, order)
         else:
-            ok = ok and np.array_equal(np.take_along_axis(values, found_indices, axis=1), found_values) and all(
-                len(set(row)) == k for row in found_indices.tolist()
+            ok = (
+                ok
+                and np.array_equal(np.take_along_axis(values, found_indices, axis=1), found_values)
+                and all(len(set(row)) == k for row in found_indices.tolist())
             )
         if not ok:
             failures.append(f"rows {rows} width {width} k {k} block {block}")
@@ -827,7 +924,9 @@ def check_loss(recorder, out_dir):
         value, gradient = value_and_gradient(lambda z: loss(labels, z), logits)
         recorder.output(f"loss/{case}/value", value)
         recorder.output(f"loss/{case}/gradient", gradient)
-        recorder.output(f"loss/{case}/token_losses", token_losses(labels, logits, label_smoothing)[0])
+        recorder.output(
+            f"loss/{case}/token_losses", token_losses(labels, logits, label_smoothing)[0]
+        )
         expected_value, expected_gradient = expected_loss(labels, logits, label_smoothing)
         recorder.same(f"loss/{case}/value_formula", value, expected_value, atol=LOSS_ATOL)
         recorder.same(f"loss/{case}/gradient_formula", gradient, expected_gradient, atol=LOSS_ATOL)
@@ -843,7 +942,9 @@ def _fit_data(recorder, out_dir):
     from keras_transformer.data import Tokenizer, builtin_task, make_dataset, train_sentencepiece
 
     pairs = builtin_task("train")[:FIT_PAIRS]
-    spm = train_sentencepiece([text for pair in pairs for text in pair], out_dir / "fit_spm.model", FIT_VOCABULARY)
+    spm = train_sentencepiece(
+        [text for pair in pairs for text in pair], out_dir / "fit_spm.model", FIT_VOCABULARY
+    )
     dataset = make_dataset(
         pairs,
         Tokenizer(spm),
@@ -855,7 +956,8 @@ def _fit_data(recorder, out_dir):
     )
     batches = list(dataset.take(FIT_STEPS).as_numpy_iterator())
     data = {
-        key: np.stack([inputs[key] for inputs, _ in batches]) for key in ("source_ids", "target_ids")
+        key: np.stack([inputs[key] for inputs, _ in batches])
+        for key in ("source_ids", "target_ids")
     }
     data["labels"] = np.stack([labels for _, labels in batches])
     keras.utils.set_random_seed(13)
@@ -880,7 +982,8 @@ def _fitted(data):
     model(first[0])
     model.set_weights([data[f"weight_{index}"] for index in range(len(model.weights))])
     model.compile(
-        optimizer=keras.optimizers.Adam(FIT_LEARNING_RATE), loss=LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)
+        optimizer=keras.optimizers.Adam(FIT_LEARNING_RATE),
+        loss=LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING),
     )
     # One element per batch; one step per epoch, so that each epoch's loss is one step's
     # (Keras keeps the iterator from epoch to epoch when `steps_per_epoch` is given).
@@ -906,7 +1009,9 @@ def translate_fitted(recorder, out_dir, model, data):
     sources = [source for source, _ in builtin_task("train")[:FIT_TRANSLATE_SENTENCES]]
     source_ids = encode_source(tokenizer, sources, FIT_LENGTH).numpy()
     token_ids, _ = beam_search(model, source_ids, num_return=FIT_BEAM["beam_size"], **FIT_BEAM)
-    texts = [[text.decode() for text in row] for row in decode_text(tokenizer, numpy(token_ids)).numpy()]
+    texts = [
+        [text.decode() for text in row] for row in decode_text(tokenizer, numpy(token_ids)).numpy()
+    ]
     (out_dir / FIT_TRANSLATIONS).write_text(json.dumps({"sources": sources, "texts": texts}))
 
 
@@ -925,7 +1030,9 @@ def check_fit(recorder, out_dir):
     initial(first[0])
     initial.set_weights([data[f"weight_{index}"] for index in range(len(initial.weights))])
     direct = LabelSmoothedCrossEntropy(FIT_LABEL_SMOOTHING)(first[1], initial(first[0]))
-    recorder.same("fit/first_loss_of_the_initial_weights", losses[0], direct, atol=FIT_FIRST_LOSS_ATOL)
+    recorder.same(
+        "fit/first_loss_of_the_initial_weights", losses[0], direct, atol=FIT_FIRST_LOSS_ATOL
+    )
     recorder.run("fit_translate", translate_fitted, out_dir, model, data)
     recorder.run("fit_data_parallel", check_data_parallel, data, losses, evaluated)
 
@@ -950,11 +1057,15 @@ def check_data_parallel(recorder, data, losses, evaluated):
         model, parallel_losses, parallel_evaluated, first = _fitted(data)
         layout = distribution.get_data_layout(first[1].shape)
     recorder.check("jax_only/data_parallel", True, "ran on jax (fit/data_parallel_*)")
-    variable_devices = {len(variable.value.sharding.device_set) for variable in model.trainable_variables}
+    variable_devices = {
+        len(variable.value.sharding.device_set) for variable in model.trainable_variables
+    }
     recorder.check(
         "fit/data_parallel_devices",
-        len(devices) == JAX_DEVICES and variable_devices == {JAX_DEVICES}
-        and tuple(layout.device_mesh.shape) == (JAX_DEVICES,) and layout.axes[0] == "batch",
+        len(devices) == JAX_DEVICES
+        and variable_devices == {JAX_DEVICES}
+        and tuple(layout.device_mesh.shape) == (JAX_DEVICES,)
+        and layout.axes[0] == "batch",
         f"{len(devices)} devices; the variables on {sorted(variable_devices)} devices; batches split along "
         f"{layout.axes} of a mesh {tuple(layout.device_mesh.shape)}",
     )
@@ -996,7 +1107,13 @@ def run(out_dir, reference_dir=None):
     recorder.run("fit", check_fit, out_dir)  # tf.data
     np.savez(out_dir / "outputs.npz", **recorder.outputs)
     (out_dir / "checks.json").write_text(
-        json.dumps({"backend": keras.backend.backend(), "checks": recorder.checks, "seconds": recorder.seconds})
+        json.dumps(
+            {
+                "backend": keras.backend.backend(),
+                "checks": recorder.checks,
+                "seconds": recorder.seconds,
+            }
+        )
     )
     return recorder
 

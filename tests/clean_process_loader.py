@@ -18,7 +18,9 @@ import tensorflow as tf
 
 from tensorflow.python.framework import op_def_registry
 
-core_only = {name: op_def_registry.get(name) is not None for name in ("SentencepieceOp", "ReadVariableOp")}
+core_only = {
+    name: op_def_registry.get(name) is not None for name in ("SentencepieceOp", "ReadVariableOp")
+}
 load_sentencepiece_ops()
 
 case = json.loads(open(sys.argv[1]).read())
@@ -26,13 +28,19 @@ unb64 = lambda items: [base64.b64decode(item) for item in items]
 b64 = lambda array: [base64.b64encode(item).decode("ascii") for item in array.tolist()]
 loaded = tf.saved_model.load(case["export"])
 sig = loaded.signatures
-out = {"core_only": core_only, "runtime": {"tensorflow": tf.__version__, "tensorflow-text": version("tensorflow-text")}}
+out = {
+    "core_only": core_only,
+    "runtime": {"tensorflow": tf.__version__, "tensorflow-text": version("tensorflow-text")},
+}
 
 
 def run_text(name, texts, signatures=sig):
     result = signatures[name](text=tf.constant(texts, tf.string))
-    return {"translation": b64(result["translation"].numpy()), "score": result["score"].numpy().tolist(),
-            "shapes": [result["translation"].shape.as_list(), result["score"].shape.as_list()]}
+    return {
+        "translation": b64(result["translation"].numpy()),
+        "score": result["score"].numpy().tolist(),
+        "shapes": [result["translation"].shape.as_list(), result["score"].shape.as_list()],
+    }
 
 
 def error_of(call):
@@ -47,10 +55,15 @@ sentences = unb64(case["sentences"])
 out["translate"] = run_text("translate", sentences)
 out["serving_default"] = run_text("serving_default", sentences)
 ids = sig["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
-out["translate_ids"] = {"token_ids": ids["token_ids"].numpy().tolist(), "scores": ids["scores"].numpy().tolist()}
+out["translate_ids"] = {
+    "token_ids": ids["token_ids"].numpy().tolist(),
+    "scores": ids["scores"].numpy().tolist(),
+}
 nbest = sig["translate_nbest"](text=tf.constant(sentences))
-out["translate_nbest"] = {"translations": [b64(row) for row in nbest["translations"].numpy()],
-                          "scores": nbest["scores"].numpy().tolist()}
+out["translate_nbest"] = {
+    "translations": [b64(row) for row in nbest["translations"].numpy()],
+    "scores": nbest["scores"].numpy().tolist(),
+}
 scored = sig["score"](source=tf.constant(sentences), target=tf.constant(unb64(case["targets"])))
 out["score"] = scored["log_probability"].numpy().tolist()
 
@@ -58,8 +71,10 @@ odd = unb64(case["odd"])
 out["odd_batch"] = run_text("translate", odd)
 out["odd_alone"] = [run_text("translate", [text]) for text in odd]
 odd_nbest = sig["translate_nbest"](text=tf.constant(odd))
-out["odd_nbest"] = {"translations": [b64(row) for row in odd_nbest["translations"].numpy()],
-                    "scores": odd_nbest["scores"].numpy().tolist()}
+out["odd_nbest"] = {
+    "translations": [b64(row) for row in odd_nbest["translations"].numpy()],
+    "scores": odd_nbest["scores"].numpy().tolist(),
+}
 out["replaced"] = run_text("translate", [case["replaced"]])
 long_ids = sig["translate_ids"](source_ids=tf.constant(case["long_ids"], tf.int32))
 out["long_ids"] = long_ids["token_ids"].numpy().tolist()
@@ -71,7 +86,10 @@ empty_text = tf.zeros([0], tf.string)
 empty_ids = sig["translate_ids"](source_ids=tf.zeros([0, 0], tf.int32))
 out["empty_batch"] = {
     "translate": run_text("translate", empty_text)["shapes"],
-    "translate_nbest": [value.shape.as_list() for _, value in sorted(sig["translate_nbest"](text=empty_text).items())],
+    "translate_nbest": [
+        value.shape.as_list()
+        for _, value in sorted(sig["translate_nbest"](text=empty_text).items())
+    ],
     "translate_ids": [value.shape.as_list() for _, value in sorted(empty_ids.items())],
     "score": sig["score"](source=empty_text, target=empty_text)["log_probability"].shape.as_list(),
 }
@@ -81,24 +99,35 @@ out["empty_score"] = empty_score["log_probability"].numpy().tolist()
 out["errors"] = {
     "signature_int_text": error_of(lambda: sig["translate"](text=tf.constant([1, 2]))),
     "nbest_int_text": error_of(lambda: sig["translate_nbest"](text=tf.constant([1, 2]))),
-    "nbest_rank2_text": error_of(lambda: sig["translate_nbest"](text=tf.constant([["one", "two"]]))),
+    "nbest_rank2_text": error_of(
+        lambda: sig["translate_nbest"](text=tf.constant([["one", "two"]]))
+    ),
     "signature_rank2_text": error_of(lambda: sig["translate"](text=tf.constant([["one", "two"]]))),
     "signature_scalar_text": error_of(lambda: sig["serving_default"](text=tf.constant("one"))),
-    "signature_float_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([[5.0, 3.0]]))),
+    "signature_float_ids": error_of(
+        lambda: sig["translate_ids"](source_ids=tf.constant([[5.0, 3.0]]))
+    ),
     "signature_rank1_ids": error_of(lambda: sig["translate_ids"](source_ids=tf.constant([5, 3]))),
     "signature_missing_input": error_of(lambda: sig["translate"](txt=tf.constant(["one"]))),
-    "score_batch_mismatch": error_of(lambda: sig["score"](source=tf.constant(["one", "two"]), target=tf.constant(["eins"]))),
+    "score_batch_mismatch": error_of(
+        lambda: sig["score"](source=tf.constant(["one", "two"]), target=tf.constant(["eins"]))
+    ),
     "function_int_text": error_of(lambda: loaded.translate(tf.constant([1, 2]))),
     "function_rank2_text": error_of(lambda: loaded.translate(tf.constant([["one", "two"]]))),
     "function_float_ids": error_of(lambda: loaded.translate_ids(tf.constant([[5.0, 3.0]]))),
 }
 out["after_errors"] = run_text("translate", sentences)
-out["function_translate"] = {"score": loaded.translate(tf.constant(sentences))["score"].numpy().tolist()}
+out["function_translate"] = {
+    "score": loaded.translate(tf.constant(sentences))["score"].numpy().tolist()
+}
 out["asset_path"] = loaded.tokenizer_model.asset_path.numpy().decode()
 
 int8 = tf.saved_model.load(case["int8_export"]).signatures
 int8_ids = int8["translate_ids"](source_ids=tf.constant(case["source_ids"], tf.int32))
-out["int8"] = {"translate": run_text("translate", sentences, int8), "token_ids": int8_ids["token_ids"].numpy().tolist(),
-               "scores": int8_ids["scores"].numpy().tolist()}
+out["int8"] = {
+    "translate": run_text("translate", sentences, int8),
+    "token_ids": int8_ids["token_ids"].numpy().tolist(),
+    "scores": int8_ids["scores"].numpy().tolist(),
+}
 out["modules"] = sorted({name.split(".")[0] for name in sys.modules})
 json.dump(out, open(sys.argv[2], "w"))

@@ -74,7 +74,10 @@ SLOW_TESTS = (
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module, _, name = item.nodeid.partition("::")
-        if Path(module).stem in SLOW_MODULES or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS:
+        if (
+            Path(module).stem in SLOW_MODULES
+            or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -136,7 +139,9 @@ def trained_run(tmp_path_factory):
 
     run_dir = tmp_path_factory.mktemp("trained_run")
     config = get_preset("tiny", **TRAINED_RUN_CONFIG, train_steps=TRAINED_RUN_STEPS)
-    options = TrainOptions(batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False)
+    options = TrainOptions(
+        batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False
+    )
     train_translation(config, run_dir, options, DataOptions("builtin"))
     return run_dir
 

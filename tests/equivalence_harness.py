@@ -53,14 +53,36 @@ from keras_transformer.training import (  # noqa: E402
 )
 from tests.fault_injection import POISON_LABEL, poison, poisoned_nll  # noqa: E402
 
-PATHS = ("reference", "loop_default", "loop_mirrored", "loop_accumulate", "fit_default", "fit_mirrored",
-         "loop_multi_worker", "fit_multi_worker", "loop_mirrored_skip", "loop_multi_worker_skip")
-OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(learning_rate=0.5), "adam": lambda: keras.optimizers.Adam(1e-2)}
+PATHS = (
+    "reference",
+    "loop_default",
+    "loop_mirrored",
+    "loop_accumulate",
+    "fit_default",
+    "fit_mirrored",
+    "loop_multi_worker",
+    "fit_multi_worker",
+    "loop_mirrored_skip",
+    "loop_multi_worker_skip",
+)
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(learning_rate=0.5),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+}
 STEPS = 3
 HALF = 4  # sentences per half batch
-CONFIG = dict(vocabulary_size=64, num_encoder_layers=1, num_decoder_layers=1, hidden_dim=32, intermediate_dim=64,
-              num_heads=2, max_length=32, dropout=0.0, train_steps=STEPS,
-              attention_window=int(os.environ.get("EQUIVALENCE_ATTENTION_WINDOW", 0)) or None)
+CONFIG = dict(
+    vocabulary_size=64,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=32,
+    intermediate_dim=64,
+    num_heads=2,
+    max_length=32,
+    dropout=0.0,
+    train_steps=STEPS,
+    attention_window=int(os.environ.get("EQUIVALENCE_ATTENTION_WINDOW", 0)) or None,
+)
 
 
 def half_batch(step, half):
@@ -117,7 +139,9 @@ def loop_input(path):
 
 
 def flat(model):
-    return np.concatenate([np.asarray(v.numpy(), "float64").ravel() for v in model.trainable_variables])
+    return np.concatenate(
+        [np.asarray(v.numpy(), "float64").ravel() for v in model.trainable_variables]
+    )
 
 
 def new_model():
@@ -133,15 +157,29 @@ def run_reference(make_optimizer):
     for step in range(STEPS):
         inputs, labels = global_batch(step)
         with tf.GradientTape() as tape:
-            loss_sum, tokens = label_smoothed_nll(labels, model(inputs, training=True), model_label_smoothing())
+            loss_sum, tokens = label_smoothed_nll(
+                labels, model(inputs, training=True), model_label_smoothing()
+            )
             loss = loss_sum / tokens
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
         losses.append(float(loss))
         weights.append(flat(model))
     inputs, labels = global_batch(0)
-    loss_sum, tokens = label_smoothed_nll(labels, model(inputs, training=False), model_label_smoothing())
-    half_tokens = [[int(np.count_nonzero(half_batch(step, half)[1])) for half in (0, 1)] for step in range(STEPS)]
-    return {"losses": losses, "weights": weights, "evaluate": float(loss_sum / tokens), "half_tokens": half_tokens}
+    loss_sum, tokens = label_smoothed_nll(
+        labels, model(inputs, training=False), model_label_smoothing()
+    )
+    half_tokens = [
+        [int(np.count_nonzero(half_batch(step, half)[1])) for half in (0, 1)]
+        for step in range(STEPS)
+    ]
+    return {
+        "losses": losses,
+        "weights": weights,
+        "evaluate": float(loss_sum / tokens),
+        "half_tokens": half_tokens,
+    }
 
 
 def model_label_smoothing():
@@ -153,9 +191,17 @@ _STRATEGIES = {}
 
 def strategy_of(path):
     """The strategy a path runs under (one per process and kind: a process joins its cluster once)."""
-    kind = "multi_worker" if "multi_worker" in path else "mirrored" if "mirrored" in path else "default"
+    kind = (
+        "multi_worker"
+        if "multi_worker" in path
+        else "mirrored"
+        if "mirrored" in path
+        else "default"
+    )
     if kind not in _STRATEGIES:
-        _STRATEGIES[kind] = create_strategy(kind, devices=["/cpu:0", "/cpu:1"] if kind == "mirrored" else None)
+        _STRATEGIES[kind] = create_strategy(
+            kind, devices=["/cpu:0", "/cpu:1"] if kind == "mirrored" else None
+        )
     return _STRATEGIES[kind]
 
 
@@ -167,8 +213,13 @@ def run_loop(path, make_optimizer, out_dir, name):
     trainer = Trainer(
         get_preset("tiny", **CONFIG),
         out_dir / f"run_{name}",
-        TrainOptions(accum_steps=accum_steps, log_every=1, checkpoint_every=100, progress=False,
-                     on_nonfinite="skip" if skip else "stop"),
+        TrainOptions(
+            accum_steps=accum_steps,
+            log_every=1,
+            checkpoint_every=100,
+            progress=False,
+            on_nonfinite="skip" if skip else "stop",
+        ),
         strategy,
         optimizer=make_optimizer,
     )
@@ -181,13 +232,20 @@ def run_loop(path, make_optimizer, out_dir, name):
         losses.append(results["loss"])
         weights.append(flat(trainer.model))
     update_module.label_smoothed_nll = trainer_loss
-    return {"losses": losses, "weights": weights, "skipped": trainer.skipped_steps, "chief": trainer.chief}
+    return {
+        "losses": losses,
+        "weights": weights,
+        "skipped": trainer.skipped_steps,
+        "chief": trainer.chief,
+    }
 
 
 def run_fit(path, make_optimizer):
     with strategy_of(path).scope():
         model = new_model()
-        model.compile(optimizer=make_optimizer(), loss=LabelSmoothedCrossEntropy(model_label_smoothing()))
+        model.compile(
+            optimizer=make_optimizer(), loss=LabelSmoothedCrossEntropy(model_label_smoothing())
+        )
     losses, weights = [], [flat(model)]
     for step in range(STEPS):
         inputs, labels = global_batch(step)

@@ -46,13 +46,31 @@ from tensorflow.python.checkpoint import checkpoint as checkpoint_module
 from tensorflow.python.lib.io import file_io
 from tensorflow.python.ops import gen_io_ops
 
-KILL = "kill"  # a Fault's `error` that SIGKILLs the process (after printing one line naming the call)
+KILL = (
+    "kill"  # a Fault's `error` that SIGKILLs the process (after printing one line naming the call)
+)
 ENVIRONMENT_VARIABLE = "KT_FAULTS"
 
-_GFILE_CALLS = ("exists", "isdir", "glob", "listdir", "makedirs", "stat", "remove", "rmtree", "rename", "copy", "walk",
-                "GFile")
+_GFILE_CALLS = (
+    "exists",
+    "isdir",
+    "glob",
+    "listdir",
+    "makedirs",
+    "stat",
+    "remove",
+    "rmtree",
+    "rename",
+    "copy",
+    "walk",
+    "GFile",
+)
 _FILE_IO_CALLS = ("atomic_write_string_to_file", "rename", "delete_file", "get_matching_files")
-_CHECKPOINT_CALLS = {"checkpoint.restore": "restore", "checkpoint.read": "read", "checkpoint.write": "_write"}
+_CHECKPOINT_CALLS = {
+    "checkpoint.restore": "restore",
+    "checkpoint.read": "read",
+    "checkpoint.write": "_write",
+}
 
 
 @dataclasses.dataclass
@@ -76,21 +94,34 @@ class Fault:
         if call != self.call or self.path not in path:
             return False
         self.seen += 1
-        return self.seen > self.after and (self.times is None or self.seen <= self.after + self.times)
+        return self.seen > self.after and (
+            self.times is None or self.seen <= self.after + self.times
+        )
 
     def strike(self, call, path):
         if self.error == KILL:
-            print(f"faulty_fs: killing the process at {call} {path} ({self.when} the call)", flush=True)
+            print(
+                f"faulty_fs: killing the process at {call} {path} ({self.when} the call)",
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGKILL)
         message = f"injected {self.error.__name__} at {call} {path}"
-        if self.error is tf.errors.OpError:  # the base class: what TensorFlow's checkpoint reader raises for most errors
+        if (
+            self.error is tf.errors.OpError
+        ):  # the base class: what TensorFlow's checkpoint reader raises for most errors
             raise tf.errors.OpError(None, None, message, tf.errors.UNKNOWN)
         raise self.error(None, None, message)
 
     def to_dict(self):
         error = self.error if self.error == KILL else self.error.__name__
-        return {"call": self.call, "path": self.path, "error": error, "when": self.when, "after": self.after,
-                "times": self.times}
+        return {
+            "call": self.call,
+            "path": self.path,
+            "error": error,
+            "when": self.when,
+            "after": self.after,
+            "times": self.times,
+        }
 
     @classmethod
     def from_dict(cls, spec):
@@ -142,7 +173,9 @@ class FaultyFilesystem:
         for name in _FILE_IO_CALLS:
             self._patch(file_io, name, f"file_io.{name}")
         for call, method in _CHECKPOINT_CALLS.items():
-            self._patch(checkpoint_module.Checkpoint, method, call, path_argument=1)  # args[0] is the Checkpoint
+            self._patch(
+                checkpoint_module.Checkpoint, method, call, path_argument=1
+            )  # args[0] is the Checkpoint
         self._patch(tf.compat.v1.train, "NewCheckpointReader", "checkpoint.reader")
         self._patch(gen_io_ops, "merge_v2_checkpoints", "checkpoint.merge", path_argument=1)
         return self

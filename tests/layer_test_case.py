@@ -161,7 +161,13 @@ LAYER_CASES = {
     ),
     "encoder_block_pre_ln": LayerCase(
         EncoderBlock,
-        dict(num_heads=H, intermediate_dim=F, normalize_first=True, attention_dropout=0.1, activation_dropout=0.1),
+        dict(
+            num_heads=H,
+            intermediate_dim=F,
+            normalize_first=True,
+            attention_dropout=0.1,
+            activation_dropout=0.1,
+        ),
         lambda rng: random_floats(rng, B, S, D),
         (B, S, D),
         8 + 4 + 2 * 2,
@@ -180,7 +186,10 @@ LAYER_CASES = {
     "decoder_block_pre_ln": LayerCase(
         DecoderBlock,
         dict(num_heads=H, intermediate_dim=F, normalize_first=True, key_dim=4),
-        lambda rng: {"decoder_sequence": random_floats(rng, B, T, D), "encoder_sequence": random_floats(rng, B, S, D)},
+        lambda rng: {
+            "decoder_sequence": random_floats(rng, B, T, D),
+            "encoder_sequence": random_floats(rng, B, S, D),
+        },
         (B, T, D),
         2 * 8 + 4 + 3 * 2,
     ),
@@ -227,7 +236,8 @@ def _check_config(layer_cls, init_kwargs):
     missing = [
         param.name
         for param in init_params
-        if param.name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL)
+        if param.name != "self"
+        and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL)
         and param.name not in config
     ]
     assert not missing, f"{layer_cls.__name__}.get_config() lacks constructor arguments {missing}"
@@ -252,7 +262,9 @@ def _check_training(layer_cls, init_kwargs, input_data, call_kwargs, expected_ou
     model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-2), loss="mse")
     with warnings.catch_warnings():  # a layer without weights trains nothing, which is fine
         warnings.filterwarnings("ignore", message="The model does not have any trainable weights")
-        history = model.fit(input_data, targets, batch_size=expected_output_shape[0], epochs=1, verbose=0)
+        history = model.fit(
+            input_data, targets, batch_size=expected_output_shape[0], epochs=1, verbose=0
+        )
     assert np.isfinite(history.history["loss"][0])
     after = [keras.ops.convert_to_numpy(weight) for weight in layer.trainable_weights]
     for weight in after:
@@ -331,7 +343,10 @@ def run_layer_test(
     assert tuple(model.outputs[0].shape) == (None,) + tuple(expected_output_shape[1:])
     assert _dtype(model.outputs[0]) == _dtype(outputs)
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(model(input_data)), keras.ops.convert_to_numpy(outputs), rtol=0, atol=1e-6
+        keras.ops.convert_to_numpy(model(input_data)),
+        keras.ops.convert_to_numpy(outputs),
+        rtol=0,
+        atol=1e-6,
     )
 
     # .keras file: the same outputs after loading.

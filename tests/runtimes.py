@@ -53,7 +53,9 @@ def selected_runtimes():
     runtimes = [item.strip() for item in value.split(",") if item.strip()]
     unknown = [item for item in runtimes if item not in RUNTIMES]
     if unknown:
-        raise ValueError(f"{RUNTIMES_ENV} names unknown runtimes {unknown}; known: {sorted(RUNTIMES)}")
+        raise ValueError(
+            f"{RUNTIMES_ENV} names unknown runtimes {unknown}; known: {sorted(RUNTIMES)}"
+        )
     return runtimes
 
 
@@ -90,16 +92,39 @@ def runtime_python(runtime, timeout=1800):
         start = time.monotonic()
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=timeout)
-        env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PIP_USER")}
+        env = {
+            key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PIP_USER")
+        }
         install = subprocess.run(
-            [str(_python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir", "-q",
-             *requirements],
-            capture_output=True, text=True, timeout=timeout, env=env,
+            [
+                str(_python(venv)),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "-q",
+                *requirements,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
         )
         if install.returncode != 0:
-            raise RuntimeError(f"pip install {' '.join(requirements)} into {venv} failed:\n{install.stderr[-3000:]}")
-        found = subprocess.run([str(_python(venv)), "-c", _VERSIONS_SCRIPT], capture_output=True, text=True,
-                               timeout=120, env=env, check=True)
+            raise RuntimeError(
+                f"pip install {' '.join(requirements)} into {venv} failed:\n{install.stderr[-3000:]}"
+            )
+        found = subprocess.run(
+            [str(_python(venv)), "-c", _VERSIONS_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=True,
+        )
         versions = json.loads(found.stdout)
-        marker.write_text(json.dumps({"requirements": list(requirements), "versions": versions}, indent=2) + "\n")
+        marker.write_text(
+            json.dumps({"requirements": list(requirements), "versions": versions}, indent=2) + "\n"
+        )
         return _python(venv), versions, time.monotonic() - start

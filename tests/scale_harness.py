@@ -59,20 +59,51 @@ from tests.equivalence_harness import (  # noqa: E402
 from tests.fault_injection import POISON_LABEL, overflowing_nll, poison, poisoned_nll  # noqa: E402
 
 OVERFLOW_RUNS = (("mixed_float16", 1), ("mixed_float16", 2), ("mixed_bfloat16", 1), ("float32", 2))
-OVERFLOW_CASES = tuple(f"{kind}_{precision}_accum{accum}" for kind in ("overflow", "reference")
-                       for precision, accum in OVERFLOW_RUNS)
-FIT_OVERFLOW_CASES = tuple(f"fit_{kind}_{precision}_accum{accum}" for kind in ("overflow", "reference")
-                           for precision in ("mixed_float16", "float32") for accum in (1, 2))
-FIT_SPLITS = {"fit_split_2_1": 11, "fit_split_1_0": 9}  # sentences: batches of 8 (4+4) and 3 (2+1) or 1 (1+0)
-LOOP_SPLITS = {"loop_split_3_5": 3, "loop_split_0_8": 0, "loop_split_reference": None}  # sentences on replica 0
-CASES = (tuple(LOOP_SPLITS) + OVERFLOW_CASES + FIT_OVERFLOW_CASES + tuple(FIT_SPLITS)
-         + tuple(f"{case}_reference" for case in FIT_SPLITS)
-         + ("fit_accumulation_by_hand", "fit_reference_float32_accum2_one_device", "consecutive_skips", "dropout", "dropout_masks",
-            "resume_once", "resume_split", "resume_rerun", "resume_changed", "resume_changed_reference"))
+OVERFLOW_CASES = tuple(
+    f"{kind}_{precision}_accum{accum}"
+    for kind in ("overflow", "reference")
+    for precision, accum in OVERFLOW_RUNS
+)
+FIT_OVERFLOW_CASES = tuple(
+    f"fit_{kind}_{precision}_accum{accum}"
+    for kind in ("overflow", "reference")
+    for precision in ("mixed_float16", "float32")
+    for accum in (1, 2)
+)
+FIT_SPLITS = {
+    "fit_split_2_1": 11,
+    "fit_split_1_0": 9,
+}  # sentences: batches of 8 (4+4) and 3 (2+1) or 1 (1+0)
+LOOP_SPLITS = {
+    "loop_split_3_5": 3,
+    "loop_split_0_8": 0,
+    "loop_split_reference": None,
+}  # sentences on replica 0
+CASES = (
+    tuple(LOOP_SPLITS)
+    + OVERFLOW_CASES
+    + FIT_OVERFLOW_CASES
+    + tuple(FIT_SPLITS)
+    + tuple(f"{case}_reference" for case in FIT_SPLITS)
+    + (
+        "fit_accumulation_by_hand",
+        "fit_reference_float32_accum2_one_device",
+        "consecutive_skips",
+        "dropout",
+        "dropout_masks",
+        "resume_once",
+        "resume_split",
+        "resume_rerun",
+        "resume_changed",
+        "resume_changed_reference",
+    )
+)
 
 
 def flat(model):
-    return np.concatenate([np.asarray(v.numpy(), "float64").ravel() for v in model.trainable_variables])
+    return np.concatenate(
+        [np.asarray(v.numpy(), "float64").ravel() for v in model.trainable_variables]
+    )
 
 
 _STRATEGIES = {}
@@ -80,8 +111,11 @@ _STRATEGIES = {}
 
 def strategy(replicas=2):
     if replicas not in _STRATEGIES:
-        _STRATEGIES[replicas] = (create_strategy("mirrored", devices=["/cpu:0", "/cpu:1"]) if replicas == 2
-                                 else create_strategy("default"))
+        _STRATEGIES[replicas] = (
+            create_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+            if replicas == 2
+            else create_strategy("default")
+        )
     return _STRATEGIES[replicas]
 
 
@@ -92,20 +126,34 @@ def overflow_case(case, out_dir):
     # One pipeline feeds the replicas in turn: an update takes [replica 0, replica 1] * accum.
     halves = [half_batch(step, half) for step in range(2) for half in (0, 1)]
     per_update = 2 * accum
-    updates = [halves[i:i + 2] * accum for i in range(0, len(halves), 2)]
+    updates = [halves[i : i + 2] * accum for i in range(0, len(halves), 2)]
     if kind == "overflow":  # the second replica's first micro-batch overflows
         inputs, labels = updates[0][1]
         updates.insert(1, [updates[0][0], (inputs, poison(labels))] + updates[0][:2] * (accum - 1))
     batches = [half for update in updates for half in update]
     assert all(len(update) == per_update for update in updates)
     keras.utils.set_random_seed(0)
-    trainer = Trainer(get_preset("tiny", **{**CONFIG, "train_steps": 2}), out_dir / f"run_{case}",
-                      # Without loss scaling a non-finite gradient stops by default; skipping must be asked for.
-                      TrainOptions(precision=precision, accum_steps=accum, log_every=1, checkpoint_every=100,
-                                   progress=False, on_nonfinite="stop" if precision == "mixed_float16" else "skip"),
-                      strategy(), optimizer=lambda: _optimizer(precision))
+    trainer = Trainer(
+        get_preset("tiny", **{**CONFIG, "train_steps": 2}),
+        out_dir / f"run_{case}",
+        # Without loss scaling a non-finite gradient stops by default; skipping must be asked for.
+        TrainOptions(
+            precision=precision,
+            accum_steps=accum,
+            log_every=1,
+            checkpoint_every=100,
+            progress=False,
+            on_nonfinite="stop" if precision == "mixed_float16" else "skip",
+        ),
+        strategy(),
+        optimizer=lambda: _optimizer(precision),
+    )
     results = trainer.train(lambda context: dataset_of(batches))
-    return trainer, {"step": results["step"], "skipped": trainer.skipped_steps, "loss_scale": _scale(trainer)}
+    return trainer, {
+        "step": results["step"],
+        "skipped": trainer.skipped_steps,
+        "loss_scale": _scale(trainer),
+    }
 
 
 def loop_split_case(case, out_dir):
@@ -118,12 +166,18 @@ def loop_split_case(case, out_dir):
         if first is None:
             batches.append((inputs, labels))
         else:
-            batches += [({key: value[:first] for key, value in inputs.items()}, labels[:first]),
-                        ({key: value[first:] for key, value in inputs.items()}, labels[first:])]
+            batches += [
+                ({key: value[:first] for key, value in inputs.items()}, labels[:first]),
+                ({key: value[first:] for key, value in inputs.items()}, labels[first:]),
+            ]
     keras.utils.set_random_seed(0)
-    trainer = Trainer(get_preset("tiny", **{**CONFIG, "train_steps": 2}), out_dir / f"run_{case}",
-                      TrainOptions(log_every=1, checkpoint_every=100, progress=False),
-                      strategy(1 if first is None else 2), optimizer=lambda: keras.optimizers.SGD(learning_rate=0.5))
+    trainer = Trainer(
+        get_preset("tiny", **{**CONFIG, "train_steps": 2}),
+        out_dir / f"run_{case}",
+        TrainOptions(log_every=1, checkpoint_every=100, progress=False),
+        strategy(1 if first is None else 2),
+        optimizer=lambda: keras.optimizers.SGD(learning_rate=0.5),
+    )
     results = trainer.train(lambda context: dataset_of(batches))
     return trainer, {"step": results["step"], "loss": results["loss"]}
 
@@ -131,7 +185,7 @@ def loop_split_case(case, out_dir):
 def fit_overflow_case(case):
     """`model.fit` on two replicas, or one device with the suffix `_one_device` (with `_accum2`, the
     optimizer's `gradient_accumulation_steps`)."""
-    kind, rest = case[len("fit_"):].removesuffix("_one_device").split("_", 1)
+    kind, rest = case[len("fit_") :].removesuffix("_one_device").split("_", 1)
     precision, accum = rest.rsplit("_accum", 1)
     accum = int(accum)
     steps = [global_batch(step) for step in range(2 * accum)]
@@ -143,10 +197,15 @@ def fit_overflow_case(case):
     keras.utils.set_random_seed(0)
     with strategy(1 if case.endswith("_one_device") else 2).scope():
         model = Transformer(get_preset("tiny", **CONFIG), dtype=precision)
-        model.compile(optimizer=_optimizer(precision, accum), loss=MarkedLoss(model_label_smoothing()))
+        model.compile(
+            optimizer=_optimizer(precision, accum), loss=MarkedLoss(model_label_smoothing())
+        )
     for inputs, labels in steps:
         model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
-    return model, {"iterations": int(model.optimizer.iterations.numpy()), "loss_scale": _scale(model)}
+    return model, {
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "loss_scale": _scale(model),
+    }
 
 
 def accumulation_by_hand():
@@ -159,11 +218,15 @@ def accumulation_by_hand():
     for step in range(4):
         inputs, labels = global_batch(step)
         with tf.GradientTape() as tape:
-            loss_sum, tokens = label_smoothed_nll(labels, model(inputs, training=True), model_label_smoothing())
+            loss_sum, tokens = label_smoothed_nll(
+                labels, model(inputs, training=True), model_label_smoothing()
+            )
             loss = loss_sum / tokens
         grads.append(tape.gradient(loss, model.trainable_variables))
         if len(grads) == 2:
-            optimizer.apply_gradients(zip([(a + b) / 2 for a, b in zip(*grads)], model.trainable_variables))
+            optimizer.apply_gradients(
+                zip([(a + b) / 2 for a, b in zip(*grads)], model.trainable_variables)
+            )
             grads = []
     return model, {}
 
@@ -179,8 +242,10 @@ def fit_split_case(case):
     scope = tf.distribute.get_strategy() if case.endswith("_reference") else strategy()
     with scope.scope():
         model = Transformer(get_preset("tiny", **CONFIG))
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5),
-                      loss=LabelSmoothedCrossEntropy(model_label_smoothing()))
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=0.5),
+            loss=LabelSmoothedCrossEntropy(model_label_smoothing()),
+        )
     history = model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
     # The definition: the token losses of both batches (before each update) over their real tokens.
     keras.utils.set_random_seed(0)
@@ -188,16 +253,22 @@ def fit_split_case(case):
     optimizer = keras.optimizers.SGD(learning_rate=0.5)
     loss_sum = tokens = 0.0
     for start in range(0, count, 2 * HALF):
-        batch = {key: value[start:start + 2 * HALF] for key, value in inputs.items()}
+        batch = {key: value[start : start + 2 * HALF] for key, value in inputs.items()}
         with tf.GradientTape() as tape:
-            batch_sum, batch_tokens = label_smoothed_nll(labels[start:start + 2 * HALF],
-                                                         reference(batch, training=True), model_label_smoothing())
+            batch_sum, batch_tokens = label_smoothed_nll(
+                labels[start : start + 2 * HALF],
+                reference(batch, training=True),
+                model_label_smoothing(),
+            )
             mean = batch_sum / batch_tokens
         grads = tape.gradient(mean, reference.trainable_variables)
         optimizer.apply_gradients(zip(grads, reference.trainable_variables))
         loss_sum, tokens = loss_sum + float(batch_sum), tokens + float(batch_tokens)
-    return model, {"loss": history.history["loss"][0], "expected_loss": loss_sum / tokens,
-                   "evaluate": model.evaluate(inputs, labels, batch_size=2 * HALF, verbose=0)}
+    return model, {
+        "loss": history.history["loss"][0],
+        "expected_loss": loss_sum / tokens,
+        "evaluate": model.evaluate(inputs, labels, batch_size=2 * HALF, verbose=0),
+    }
 
 
 class MarkedLoss(LabelSmoothedCrossEntropy):
@@ -215,9 +286,15 @@ class MarkedLoss(LabelSmoothedCrossEntropy):
 
 
 def _optimizer(precision, accum=None):
-    sgd = keras.optimizers.SGD(learning_rate=0.5, gradient_accumulation_steps=accum if accum and accum > 1 else None)
+    sgd = keras.optimizers.SGD(
+        learning_rate=0.5, gradient_accumulation_steps=accum if accum and accum > 1 else None
+    )
     # A scale at which the clean batches do not overflow (Keras' 2**15 does here, at the first step).
-    return keras.optimizers.LossScaleOptimizer(sgd, initial_scale=2.0**8) if precision == "mixed_float16" else sgd
+    return (
+        keras.optimizers.LossScaleOptimizer(sgd, initial_scale=2.0**8)
+        if precision == "mixed_float16"
+        else sgd
+    )
 
 
 def _scale(trainer):
@@ -229,15 +306,25 @@ def consecutive_skips_case(out_dir):
     inputs, labels = half_batch(0, 1)
     batches = [half_batch(0, 0), (inputs, poison(labels))]
     keras.utils.set_random_seed(0)
-    trainer = Trainer(get_preset("tiny", **{**CONFIG, "train_steps": 5}), out_dir / "run_skips",
-                      TrainOptions(precision="mixed_float16", max_consecutive_skips=3, checkpoint_every=100,
-                                   progress=False),
-                      strategy(), optimizer=lambda: _optimizer("mixed_float16"))
+    trainer = Trainer(
+        get_preset("tiny", **{**CONFIG, "train_steps": 5}),
+        out_dir / "run_skips",
+        TrainOptions(
+            precision="mixed_float16", max_consecutive_skips=3, checkpoint_every=100, progress=False
+        ),
+        strategy(),
+        optimizer=lambda: _optimizer("mixed_float16"),
+    )
     try:
         trainer.train(lambda context: dataset_of(batches))
     except DivergenceError as error:
-        return trainer, {"error": str(error), "step": trainer.step, "skipped": trainer.skipped_steps,
-                         "loss_scale": _scale(trainer), "finite": bool(np.isfinite(flat(trainer.model)).all())}
+        return trainer, {
+            "error": str(error),
+            "step": trainer.step,
+            "skipped": trainer.skipped_steps,
+            "loss_scale": _scale(trainer),
+            "finite": bool(np.isfinite(flat(trainer.model)).all()),
+        }
     return trainer, {"error": None}
 
 
@@ -253,9 +340,13 @@ def dropout_case():
         def forward():
             return strategy().run(lambda: model(inputs, training=True))
 
-        outputs.append([np.asarray(value) for value in strategy().experimental_local_results(forward())])
-    return {"replicas_max_diff": float(np.abs(outputs[0][0] - outputs[0][1]).max()),
-            "rerun_max_diff": max(float(np.abs(a - b).max()) for a, b in zip(outputs[0], outputs[1]))}
+        outputs.append(
+            [np.asarray(value) for value in strategy().experimental_local_results(forward())]
+        )
+    return {
+        "replicas_max_diff": float(np.abs(outputs[0][0] - outputs[0][1]).max()),
+        "rerun_max_diff": max(float(np.abs(a - b).max()) for a, b in zip(outputs[0], outputs[1])),
+    }
 
 
 DROPOUT_STEPS, DROPOUT_SHAPE = 40, (4, 25, 32)
@@ -270,8 +361,12 @@ def dropout_masks_case(out_dir):
     def step():
         return strategy().run(lambda: tf.reshape(layer(ones, training=True) != 0, [-1]))
 
-    masks = np.stack([np.stack([np.asarray(value) for value in strategy().experimental_local_results(step())])
-                      for _ in range(DROPOUT_STEPS)])  # (steps, replicas, units)
+    masks = np.stack(
+        [
+            np.stack([np.asarray(value) for value in strategy().experimental_local_results(step())])
+            for _ in range(DROPOUT_STEPS)
+        ]
+    )  # (steps, replicas, units)
     np.save(out_dir / "dropout_masks.npy", masks)
     return {"shape": list(masks.shape)}
 
@@ -283,8 +378,11 @@ def plan(out_dir):
     """A BatchPlan of 24 pairs of the built-in task: a few batches an epoch at 128 tokens a batch."""
     if not _PLAN:
         pairs = builtin_task("train")[:24]
-        path = train_sentencepiece([s for pair in builtin_task("train")[:2000] for s in pair], out_dir / "spm.model",
-                                   vocabulary_size=CONFIG["vocabulary_size"])
+        path = train_sentencepiece(
+            [s for pair in builtin_task("train")[:2000] for s in pair],
+            out_dir / "spm.model",
+            vocabulary_size=CONFIG["vocabulary_size"],
+        )
         _PLAN["plan"] = BatchPlan(pairs, Tokenizer(path), batch_tokens=128, max_length=32)
     return _PLAN["plan"]
 
@@ -292,16 +390,27 @@ def plan(out_dir):
 def resume_case(case, out_dir):
     dropout = 0.0 if case.startswith("resume_changed") else 0.3
     config = get_preset("tiny", **{**CONFIG, "dropout": dropout, "train_steps": 6})
-    stops = {"resume_split": [(2, 2, 1), (4, 2, 1), (6, 2, 1)], "resume_changed": [(3, 2, 1), (6, 1, 2)]}.get(
-        case, [(6, 2, 1)])
+    stops = {
+        "resume_split": [(2, 2, 1), (4, 2, 1), (6, 2, 1)],
+        "resume_changed": [(3, 2, 1), (6, 1, 2)],
+    }.get(case, [(6, 2, 1)])
     run_dir = out_dir / f"run_{case}"
     for stop, replicas, accum in stops:
         keras.utils.set_random_seed(0)  # what a new process does first
-        trainer = Trainer(config, run_dir, TrainOptions(accum_steps=accum, checkpoint_every=100, progress=False),
-                          strategy(replicas), optimizer=lambda: keras.optimizers.SGD(learning_rate=0.5))
+        trainer = Trainer(
+            config,
+            run_dir,
+            TrainOptions(accum_steps=accum, checkpoint_every=100, progress=False),
+            strategy(replicas),
+            optimizer=lambda: keras.optimizers.SGD(learning_rate=0.5),
+        )
         trainer.train(plan(out_dir), until_step=stop)
     drawn = int(trainer._batches_drawn.numpy())
-    return trainer, {"step": trainer.step, "batches_drawn": drawn, "epochs": drawn / plan(out_dir).batches_per_epoch}
+    return trainer, {
+        "step": trainer.step,
+        "batches_drawn": drawn,
+        "epochs": drawn / plan(out_dir).batches_per_epoch,
+    }
 
 
 def main(out_dir, cases):
@@ -312,7 +421,9 @@ def main(out_dir, cases):
         update_loss = update_module.label_smoothed_nll
         # The same value on unmarked batches; on marked ones, a real float16 overflow of the
         # loss-scaled gradients, or (without loss scaling) a NaN gradient under a finite loss.
-        update_module.label_smoothed_nll = poisoned_nll if "float32" in case or "bfloat16" in case else overflowing_nll
+        update_module.label_smoothed_nll = (
+            poisoned_nll if "float32" in case or "bfloat16" in case else overflowing_nll
+        )
         try:
             if case in LOOP_SPLITS:
                 trainer, record = loop_split_case(case, out_dir)

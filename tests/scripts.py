@@ -29,7 +29,13 @@ TINY_TRAIN_FLAGS = (
 
 def script_environment(**extra):
     """The test process's environment, quiet TensorFlow logs, the repository importable."""
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **extra}
+    return {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def run_script(name, *args, stdin=None, check=True, timeout=900, env=None):

@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention, attention_weights, scaled_dot_product_attention
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    attention_weights,
+    scaled_dot_product_attention,
+)
 from tests.layer_test_case import B, D, H, S, T, cases_for, padding, random_floats, run_case
 
 ATOL = 1e-5
@@ -39,7 +43,11 @@ def test_layer(name):
 
 def test_scaled_dot_product_attention_equals_equation_1():
     rng = np.random.default_rng(0)
-    query, key, value = random_floats(rng, 2, 3, 4, 8), random_floats(rng, 2, 3, 6, 8), random_floats(rng, 2, 3, 6, 5)
+    query, key, value = (
+        random_floats(rng, 2, 3, 4, 8),
+        random_floats(rng, 2, 3, 6, 8),
+        random_floats(rng, 2, 3, 6, 5),
+    )
     outputs, weights = scaled_dot_product_attention(query, key, value)
     expected_outputs, expected_weights = numpy_attention(query, key, value)
     assert tuple(outputs.shape) == (2, 3, 4, 5)
@@ -49,7 +57,11 @@ def test_scaled_dot_product_attention_equals_equation_1():
 
 def test_masked_keys_get_zero_weight():
     rng = np.random.default_rng(1)
-    query, key, value = random_floats(rng, 2, 4, 8), random_floats(rng, 2, 6, 8), random_floats(rng, 2, 6, 8)
+    query, key, value = (
+        random_floats(rng, 2, 4, 8),
+        random_floats(rng, 2, 6, 8),
+        random_floats(rng, 2, 6, 8),
+    )
     mask = np.broadcast_to(padding([6, 2], 6)[:, None, :], (2, 4, 6)).copy()
     mask[0, 1, 0] = False
     outputs, weights = scaled_dot_product_attention(query, key, value, mask=mask)
@@ -118,7 +130,9 @@ def test_equals_keras_multi_head_attention(setting):
         kwargs["attention_mask"] = attention
     if options.get("value_mask"):
         kwargs["value_mask"] = padding([length, 3], length)
-    query_real = padding([length, 2], length) if options.get("query_mask") else np.ones((B, length), bool)
+    query_real = (
+        padding([length, 2], length) if options.get("query_mask") else np.ones((B, length), bool)
+    )
     if options.get("query_mask"):
         kwargs["query_mask"] = query_real
     if options.get("use_causal_mask"):
@@ -130,14 +144,20 @@ def test_equals_keras_multi_head_attention(setting):
     reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
     reference(query, value)
     copy_to_keras_attention(layer, reference)
-    expected_outputs, expected_scores = reference(query, value, return_attention_scores=True, **kwargs)
+    expected_outputs, expected_scores = reference(
+        query, value, return_attention_scores=True, **kwargs
+    )
 
     assert tuple(scores.shape) == (B, H, length, length)
     # Keras also blanks padded query rows; we let them attend (their outputs are ignored),
     # so compare the real query positions.
-    np.testing.assert_allclose(as_numpy(outputs)[query_real], as_numpy(expected_outputs)[query_real], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(outputs)[query_real], as_numpy(expected_outputs)[query_real], rtol=0, atol=ATOL
+    )
     rows = np.broadcast_to(query_real[:, None, :], scores.shape[:3])
-    np.testing.assert_allclose(as_numpy(scores)[rows], as_numpy(expected_scores)[rows], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(scores)[rows], as_numpy(expected_scores)[rows], rtol=0, atol=ATOL
+    )
 
 
 def test_default_head_width_is_width_over_heads():
@@ -156,7 +176,9 @@ def test_padded_keys_do_not_change_outputs():
     outputs = as_numpy(layer(query, value, value_mask=value_mask))
     changed = value.copy()
     changed[1, 3:] = random_floats(rng, S - 3, D) * 10
-    np.testing.assert_allclose(as_numpy(layer(query, changed, value_mask=value_mask)), outputs, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(layer(query, changed, value_mask=value_mask)), outputs, rtol=0, atol=ATOL
+    )
     # Without the mask the padded keys do matter (the check above can fail).
     assert np.abs(as_numpy(layer(query, changed)) - as_numpy(layer(query, value))).max() > 1e-3
 
@@ -172,13 +194,21 @@ def test_packed_rows_equal_the_padded_call(causal):
     query_packing, value_packing = packing.packing(query_mask), packing.packing(value_mask)
     layer = MultiHeadAttention(num_heads=H)
     if causal:  # self-attention
-        expected = as_numpy(layer(query, query, key_mask=query_mask, use_causal_mask=True))[query_mask]
+        expected = as_numpy(layer(query, query, key_mask=query_mask, use_causal_mask=True))[
+            query_mask
+        ]
         rows = packing.pack(query, query_packing)
-        outputs = layer(rows, rows, use_causal_mask=True, query_packing=query_packing, key_packing=query_packing)
+        outputs = layer(
+            rows, rows, use_causal_mask=True, query_packing=query_packing, key_packing=query_packing
+        )
     else:  # cross-attention: other keys, other padding
         expected = as_numpy(layer(query, value, key_mask=value_mask))[query_mask]
-        outputs = layer(packing.pack(query, query_packing), packing.pack(value, value_packing),
-                        query_packing=query_packing, key_packing=value_packing)
+        outputs = layer(
+            packing.pack(query, query_packing),
+            packing.pack(value, value_packing),
+            query_packing=query_packing,
+            key_packing=value_packing,
+        )
     assert tuple(outputs.shape) == (int(query_mask.sum()), D)
     np.testing.assert_allclose(as_numpy(outputs), expected, rtol=0, atol=ATOL)
 
@@ -197,7 +227,9 @@ def test_symbolic_calls_return_the_eager_structure():
         np.testing.assert_allclose(as_numpy(got), as_numpy(expected), rtol=0, atol=1e-6)
     # Cached mode: (outputs, cache) symbolically too.
     step, buffer = keras.Input(shape=(1, D)), keras.Input(shape=(H, 4, D // H))
-    outputs, cache = layer(step, cache={"key": buffer, "value": buffer}, cache_index=0, use_causal_mask=True)
+    outputs, cache = layer(
+        step, cache={"key": buffer, "value": buffer}, cache_index=0, use_causal_mask=True
+    )
     assert tuple(outputs.shape) == (None, 1, D)
     assert {name: tuple(tensor.shape) for name, tensor in cache.items()} == {
         "key": (None, H, 4, D // H),
@@ -220,7 +252,9 @@ def test_self_attention_cache_step_by_step_equals_full_pass():
     assert tuple(cache["value"].shape) == (B, H, max_length, D // H)
     steps = []
     for index in range(T):
-        result = layer(inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True)
+        result = layer(
+            inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True
+        )
         assert isinstance(result, tuple) and len(result) == 2
         outputs, cache = result
         assert tuple(outputs.shape) == (B, 1, D)
@@ -228,7 +262,9 @@ def test_self_attention_cache_step_by_step_equals_full_pass():
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=ATOL)
     # The buffer holds the projected keys of every written position, zeros after.
     keys = as_numpy(cache["key"])
-    np.testing.assert_allclose(keys[:, :, :T], as_numpy(layer.compute_cache(inputs)["key"]), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        keys[:, :, :T], as_numpy(layer.compute_cache(inputs)["key"]), rtol=0, atol=ATOL
+    )
     assert np.all(keys[:, :, T:] == 0.0)
 
 
@@ -240,7 +276,9 @@ def test_self_attention_cache_in_chunks_equals_full_pass():
     cache = layer.init_cache(B, T)
     first, cache = layer(inputs[:, :3], cache=cache, cache_index=0, use_causal_mask=True)
     second, cache = layer(inputs[:, 3:], cache=cache, cache_index=3, use_causal_mask=True)
-    np.testing.assert_allclose(np.concatenate([as_numpy(first), as_numpy(second)], axis=1), full, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        np.concatenate([as_numpy(first), as_numpy(second)], axis=1), full, rtol=0, atol=ATOL
+    )
 
 
 def test_growing_self_attention_cache_equals_full_pass():
@@ -250,17 +288,32 @@ def test_growing_self_attention_cache_equals_full_pass():
     layer = MultiHeadAttention(num_heads=H)
     full = as_numpy(layer(inputs, inputs, use_causal_mask=True))
     cache = layer.init_cache(B, None)
-    assert set(cache) == {"past_key", "past_value"} and tuple(cache["past_key"].shape) == (B, H, 0, D // H)
+    assert set(cache) == {"past_key", "past_value"} and tuple(cache["past_key"].shape) == (
+        B,
+        H,
+        0,
+        D // H,
+    )
     steps = []
     for index in range(3):
-        outputs, cache = layer(inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True)
+        outputs, cache = layer(
+            inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True
+        )
         assert tuple(cache["past_key"].shape) == (B, H, index + 1, D // H)
         steps.append(as_numpy(outputs))
-    rest, cache = layer(inputs[:, 3:], cache=cache, cache_index=3, use_causal_mask=True)  # a chunk of T - 3
-    np.testing.assert_allclose(np.concatenate(steps + [as_numpy(rest)], axis=1), full, rtol=0, atol=ATOL)
+    rest, cache = layer(
+        inputs[:, 3:], cache=cache, cache_index=3, use_causal_mask=True
+    )  # a chunk of T - 3
+    np.testing.assert_allclose(
+        np.concatenate(steps + [as_numpy(rest)], axis=1), full, rtol=0, atol=ATOL
+    )
     projected = layer.compute_cache(inputs)
-    np.testing.assert_allclose(as_numpy(cache["past_key"]), as_numpy(projected["key"]), rtol=0, atol=ATOL)
-    np.testing.assert_allclose(as_numpy(cache["past_value"]), as_numpy(projected["value"]), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(cache["past_key"]), as_numpy(projected["key"]), rtol=0, atol=ATOL
+    )
+    np.testing.assert_allclose(
+        as_numpy(cache["past_value"]), as_numpy(projected["value"]), rtol=0, atol=ATOL
+    )
 
 
 def test_cross_attention_static_cache_equals_full_pass_with_source_padding():
@@ -303,8 +356,13 @@ def test_training_false_disables_attention_dropout():
     without_dropout = MultiHeadAttention(num_heads=H, dropout=0.0)
     without_dropout(query, value)
     without_dropout.set_weights(layer.get_weights())
-    np.testing.assert_allclose(as_numpy(without_dropout(query, value)), inference, rtol=0, atol=1e-6)
-    first, second = as_numpy(layer(query, value, training=True)), as_numpy(layer(query, value, training=True))
+    np.testing.assert_allclose(
+        as_numpy(without_dropout(query, value)), inference, rtol=0, atol=1e-6
+    )
+    first, second = (
+        as_numpy(layer(query, value, training=True)),
+        as_numpy(layer(query, value, training=True)),
+    )
     assert np.abs(first - inference).max() > 1e-3
     assert np.abs(first - second).max() > 1e-3
 

@@ -95,8 +95,14 @@ def test_the_process_ran_on_its_backend(results):
 
 def test_no_case_raised(results, reference):
     for found in (reference[1], results):
-        errors = {name: check["detail"] for name, check in found["checks"].items() if name.startswith("error/")}
-        assert not errors, f"{found['backend']}: " + "\n".join(f"{name}: {detail}" for name, detail in errors.items())
+        errors = {
+            name: check["detail"]
+            for name, check in found["checks"].items()
+            if name.startswith("error/")
+        }
+        assert not errors, f"{found['backend']}: " + "\n".join(
+            f"{name}: {detail}" for name, detail in errors.items()
+        )
 
 
 @pytest.mark.parametrize("name", backend_harness.OUTPUT_NAMES)
@@ -104,22 +110,37 @@ def test_output_equals_tensorflow(results, reference, name):
     expected = reference[1]["outputs"].get(name)
     found = results["outputs"].get(name)
     assert expected is not None, f"the TensorFlow run computed no {name} (see test_no_case_raised)"
-    assert found is not None, f"the {results['backend']} run computed no {name} (see test_no_case_raised)"
+    assert found is not None, (
+        f"the {results['backend']} run computed no {name} (see test_no_case_raised)"
+    )
     assert found.shape == expected.shape, (found.shape, expected.shape)
-    diff = float(np.max(np.abs(found.astype("float64") - expected.astype("float64")))) if found.size else 0.0
+    diff = (
+        float(np.max(np.abs(found.astype("float64") - expected.astype("float64"))))
+        if found.size
+        else 0.0
+    )
     bound = backend_harness.output_atol(name)
-    assert diff <= bound, f"{results['backend']} {name}: max |diff| {diff:.3g} from TensorFlow (bound {bound:g})"
+    assert diff <= bound, (
+        f"{results['backend']} {name}: max |diff| {diff:.3g} from TensorFlow (bound {bound:g})"
+    )
 
 
 @pytest.mark.parametrize("name", backend_harness.CHECK_NAMES)
 def test_check_holds_on_the_backend(results, name):
     check = results["checks"].get(name)
-    assert check is not None, f"the {results['backend']} run did not check {name} (see test_no_case_raised)"
+    assert check is not None, (
+        f"the {results['backend']} run did not check {name} (see test_no_case_raised)"
+    )
     assert check["ok"], f"{results['backend']} {name}: {check['detail']}"
 
 
 @pytest.mark.parametrize(
-    "backend, name", [(backend, name) for backend, names in backend_harness.BACKEND_CHECK_NAMES.items() for name in names]
+    "backend, name",
+    [
+        (backend, name)
+        for backend, names in backend_harness.BACKEND_CHECK_NAMES.items()
+        for name in names
+    ],
 )
 def test_backend_check_holds_on_its_backend(results, backend, name):
     """A check of one backend only (DataParallel on JAX): it holds there, and no other backend records it."""
@@ -131,7 +152,9 @@ def test_backend_check_holds_on_its_backend(results, backend, name):
     assert check["ok"], f"{backend} {name}: {check['detail']}"
 
 
-@pytest.mark.parametrize("name", (*backend_harness.CHECK_NAMES, *backend_harness.BACKEND_CHECK_NAMES["tensorflow"]))
+@pytest.mark.parametrize(
+    "name", (*backend_harness.CHECK_NAMES, *backend_harness.BACKEND_CHECK_NAMES["tensorflow"])
+)
 def test_check_holds_on_tensorflow(reference, name):
     check = reference[1]["checks"].get(name)
     assert check is not None, f"the TensorFlow run did not check {name} (see test_no_case_raised)"
@@ -139,7 +162,9 @@ def test_check_holds_on_tensorflow(reference, name):
 
 
 @pytest.mark.parametrize("runtime", runtimes.selected_runtimes())
-def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(results, reference, tmp_path, runtime):
+def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(
+    results, reference, tmp_path, runtime
+):
     """The weights `fit` trained on JAX or PyTorch, loaded into a TensorFlow model and exported
     with the in-graph tokenizer, answer text in / text out in a clean environment holding only
     a released model server's TensorFlow and TensorFlow Text with the n-best texts that
@@ -151,23 +176,34 @@ def test_weights_fit_on_the_backend_serve_its_translations_from_a_saved_model(re
 
     translated = json.loads((results["dir"] / backend_harness.FIT_TRANSLATIONS).read_text())
     sources, texts = translated["sources"], translated["texts"]
-    assert len({text for row in texts for text in row}) > len(sources), f"{results['backend']}'s fitted model: {texts}"
+    assert len({text for row in texts for text in row}) > len(sources), (
+        f"{results['backend']}'s fitted model: {texts}"
+    )
     config = get_preset("tiny", **backend_harness.FIT_MODEL)
     model = Transformer(config)
     model({"source_ids": np.ones((1, 2), "int32"), "target_ids": np.ones((1, 2), "int32")})
     model.load_weights(results["dir"] / backend_harness.FIT_WEIGHTS)
     tokenizer = Tokenizer(reference[0] / "fit_spm.model")
     exported = export_saved_model(
-        TranslationModule(model, tokenizer, **backend_harness.FIT_BEAM), tmp_path, "fit", warmup_sentences=sources[:1]
+        TranslationModule(model, tokenizer, **backend_harness.FIT_BEAM),
+        tmp_path,
+        "fit",
+        warmup_sentences=sources[:1],
     )
     python, _, _ = runtimes.runtime_python(runtime)
-    served = call_signature_in_runtime(python, exported.path, "translate_nbest", runtime=runtime, text=sources)
+    served = call_signature_in_runtime(
+        python, exported.path, "translate_nbest", runtime=runtime, text=sources
+    )
     assert served["translations"] == texts
 
 
 def test_a_script_on_another_backend_fails_in_one_line(tmp_path):
-    result = run_script("translate.py", f"--model_dir={tmp_path}", check=False,
-                        env=script_environment(KERAS_BACKEND="jax"))
+    result = run_script(
+        "translate.py",
+        f"--model_dir={tmp_path}",
+        check=False,
+        env=script_environment(KERAS_BACKEND="jax"),
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "error: experiments/translate.py runs on the TensorFlow backend only, not on jax "

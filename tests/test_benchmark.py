@@ -15,14 +15,24 @@ from keras_transformer.benchmark import (
     keras_hub_transformer,
     training_flops,
 )
-from keras_transformer.benchmark.attention_scaling import ScalingPoint, format_scaling_table, peak_bytes
+from keras_transformer.benchmark.attention_scaling import (
+    ScalingPoint,
+    format_scaling_table,
+    peak_bytes,
+)
 from keras_transformer.benchmark.backends import summarize as summarize_backends
 from keras_transformer.benchmark.peers import attention_layers, keras_hub_beam_search
 from keras_transformer.layers.dropout import ReplicaDropout
 from tests.scripts import run_script
 
-PEER_CONFIG = dict(vocabulary_size=100, num_encoder_layers=2, num_decoder_layers=3, hidden_dim=16,
-                   intermediate_dim=32, num_heads=2)
+PEER_CONFIG = dict(
+    vocabulary_size=100,
+    num_encoder_layers=2,
+    num_decoder_layers=3,
+    hidden_dim=16,
+    intermediate_dim=32,
+    num_heads=2,
+)
 
 
 def _all_layers(model):
@@ -36,8 +46,11 @@ def test_peer_layers_compute_in_our_dtype(precision):
     peer = keras_hub_transformer(config, dtype=precision)
     expected = keras.dtype_policies.get(precision).compute_dtype
     for model in (ours, peer):
-        computing = {layer.name: layer.compute_dtype for layer in _all_layers(model)
-                     if not isinstance(layer, keras.layers.InputLayer) and layer.name != "logits"}
+        computing = {
+            layer.name: layer.compute_dtype
+            for layer in _all_layers(model)
+            if not isinstance(layer, keras.layers.InputLayer) and layer.name != "logits"
+        }
         assert set(computing.values()) == {expected}, (model.name, computing)
         assert {weight.dtype for weight in model.weights} == {"float32"}
     assert ours.count_params() == peer.count_params()
@@ -53,16 +66,25 @@ def test_peer_drops_out_where_ours_does(attention_dropout):
     ours = Transformer(config)
     peer = keras_hub_transformer(config)
     ours_attention = [layer for layer in _all_layers(ours) if hasattr(layer, "query_kernel")]
-    peer_attention = [attention for layer in _all_layers(peer) for attention in attention_layers(layer)]
+    peer_attention = [
+        attention for layer in _all_layers(peer) for attention in attention_layers(layer)
+    ]
     assert len(ours_attention) == len(peer_attention) == 2 + 2 * 3
     assert {layer._dropout_layer.rate for layer in ours_attention} == {attention_dropout}
     assert {layer._dropout for layer in peer_attention} == {attention_dropout}
     assert {layer._dropout_layer.rate for layer in peer_attention} == {attention_dropout}
     inner = {id(layer._dropout_layer) for layer in ours_attention + peer_attention}
     for model in (ours, peer):
-        others = [layer.rate for layer in _all_layers(model)
-                  if isinstance(layer, (keras.layers.Dropout, ReplicaDropout)) and id(layer) not in inner and layer.rate > 0]
-        assert others == [0.1] * (2 + 2 * 2 + 3 * 3)  # embedding sums, 2 per encoder block, 3 per decoder block
+        others = [
+            layer.rate
+            for layer in _all_layers(model)
+            if isinstance(layer, (keras.layers.Dropout, ReplicaDropout))
+            and id(layer) not in inner
+            and layer.rate > 0
+        ]
+        assert others == [0.1] * (
+            2 + 2 * 2 + 3 * 3
+        )  # embedding sums, 2 per encoder block, 3 per decoder block
 
 
 @pytest.mark.parametrize("normalize_first", [False, True])
@@ -76,22 +98,35 @@ def test_peer_target_rows_give_the_peers_loss_and_gradients(normalize_first):
 
     config = get_preset("tiny", dropout=0.0, normalize_first=normalize_first, **PEER_CONFIG)
     peer = keras_hub_transformer(config)
-    inputs = {"source_ids": np.array([[5, 6, 7, 3], [8, 9, 3, 0]]), "target_ids": np.array([[1, 5, 6], [1, 7, 0]])}
+    inputs = {
+        "source_ids": np.array([[5, 6, 7, 3], [8, 9, 3, 0]]),
+        "target_ids": np.array([[1, 5, 6], [1, 7, 0]]),
+    }
     labels = np.array([[5, 6, 2], [7, 2, 0]])
     results = []
     for model in (peer, PeerTargetRows(peer, config)):
         with tf.GradientTape() as tape:
             targets, logits = labels_and_logits(model, inputs, labels, training=True)
             loss_sum, tokens = label_smoothed_nll(targets, logits)
-        results.append((np.asarray(logits), float(loss_sum), float(tokens),
-                        tape.gradient(loss_sum, model.trainable_variables)))
+        results.append(
+            (
+                np.asarray(logits),
+                float(loss_sum),
+                float(tokens),
+                tape.gradient(loss_sum, model.trainable_variables),
+            )
+        )
     (full, full_loss, full_tokens, full_grads), (rows, rows_loss, rows_tokens, rows_grads) = results
     assert rows.shape == (5, config.vocabulary_size)
     np.testing.assert_allclose(rows, full[labels != 0], rtol=0, atol=1e-5)
     assert abs(rows_loss - full_loss) <= 1e-5 and rows_tokens == full_tokens == 5
     for theirs, ours in zip(full_grads, rows_grads, strict=True):
-        np.testing.assert_allclose(np.asarray(tf.convert_to_tensor(ours)), np.asarray(tf.convert_to_tensor(theirs)),
-                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(tf.convert_to_tensor(ours)),
+            np.asarray(tf.convert_to_tensor(theirs)),
+            rtol=0,
+            atol=1e-5,
+        )
 
 
 def test_peer_refuses_what_it_cannot_express():
@@ -101,17 +136,31 @@ def test_peer_refuses_what_it_cannot_express():
         keras_hub_transformer(get_preset("tiny", attention_window=4, **PEER_CONFIG))
 
 
-
 def test_training_flops_matches_parameter_count_for_linear_layers():
     # With one-token sequences attention costs 4*D per layer-pair of scores/values; the rest
     # is 2 FLOPs per weight per token, times 3 for training.
-    config = get_preset("tiny", vocabulary_size=100, num_encoder_layers=1, num_decoder_layers=1,
-                        hidden_dim=16, intermediate_dim=32, num_heads=2)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=100,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_heads=2,
+    )
     model = Transformer(config)
-    weights = {w.path: int(np.prod(w.shape)) for w in model.trainable_weights if w.path.endswith(("kernel", "embeddings"))}
-    matrix_weights = sum(weights.values())  # encoder, decoder, embedding (used once as output projection)
+    weights = {
+        w.path: int(np.prod(w.shape))
+        for w in model.trainable_weights
+        if w.path.endswith(("kernel", "embeddings"))
+    }
+    matrix_weights = sum(
+        weights.values()
+    )  # encoder, decoder, embedding (used once as output projection)
     flops = training_flops(config, [1], [1])
-    attention = 3 * 2 * (1 * 2 * 16 + 2 * 2 * 16)  # encoder self + decoder self + cross, QK and AV, one token
+    attention = (
+        3 * 2 * (1 * 2 * 16 + 2 * 2 * 16)
+    )  # encoder self + decoder self + cross, QK and AV, one token
     np.testing.assert_allclose(flops, 3 * 2 * matrix_weights + attention, rtol=1e-9)
 
 
@@ -126,8 +175,15 @@ def test_training_flops_counts_attention_by_real_lengths():
     #   cross-attention: 2 * 2 * D * (3*2 + 5*4)                               =  1,664
     #   output projection: 2 * D * V * 6                                       = 19,200
     # total 96,000, times 3 for a training step (forward + backward).
-    config = get_preset("tiny", vocabulary_size=100, num_encoder_layers=1, num_decoder_layers=1,
-                        hidden_dim=16, intermediate_dim=32, num_heads=2)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=100,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_heads=2,
+    )
     assert training_flops(config, [3, 5], [2, 4]) == 3 * 96_000
 
 
@@ -152,16 +208,33 @@ def test_cpu_peak_formula_on_known_inputs():
     peak = cpu_peak("float32", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3])
     assert peak.flops_per_second == 2 * 2 * 16 * 2 * 2.0e9
     assert peak.formula == "2 cores x 2 FMA units x 16 float32 lanes x 2 x 2.000 GHz"
-    assert cpu_peak("bfloat16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second == 2 * 2 * 32 * 2 * 2e9
+    assert (
+        cpu_peak("bfloat16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second
+        == 2 * 2 * 32 * 2 * 2e9
+    )
     # no AVX512_FP16: float16 runs at the float32 rate
-    assert cpu_peak("float16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second == 2 * 2 * 16 * 2 * 2e9
+    assert (
+        cpu_peak("float16", cpuinfo=_cpuinfo(2), usable_cpus=[0, 1, 2, 3]).flops_per_second
+        == 2 * 2 * 16 * 2 * 2e9
+    )
     # two hyper-threads of one core share its FMA units; a given maximum clock wins
-    peak = cpu_peak("float32", fma_units=1, cpuinfo=_cpuinfo(2), usable_cpus=[0, 1], max_frequency_khz=3.0e6)
+    peak = cpu_peak(
+        "float32", fma_units=1, cpuinfo=_cpuinfo(2), usable_cpus=[0, 1], max_frequency_khz=3.0e6
+    )
     assert peak.flops_per_second == 1 * 1 * 16 * 2 * 3.0e9
     avx2_only = _cpuinfo(1).replace(" avx512f avx512_bf16", "")
-    assert cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).flops_per_second == 1 * 2 * 8 * 2 * 2e9
-    assert "CPU flags: sse2" not in peak.describe() and "CPU flags: avx avx2 fma avx512f avx512_bf16" in peak.describe()
-    assert "CPU flags: avx avx2 fma\n" in cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).describe() + "\n"
+    assert (
+        cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).flops_per_second
+        == 1 * 2 * 8 * 2 * 2e9
+    )
+    assert (
+        "CPU flags: sse2" not in peak.describe()
+        and "CPU flags: avx avx2 fma avx512f avx512_bf16" in peak.describe()
+    )
+    assert (
+        "CPU flags: avx avx2 fma\n"
+        in cpu_peak("bfloat16", cpuinfo=avx2_only, usable_cpus=[0, 1]).describe() + "\n"
+    )
 
 
 def test_cpu_peak_of_bfloat16_is_the_amx_unit_where_the_cpu_has_one():
@@ -171,16 +244,34 @@ def test_cpu_peak_of_bfloat16_is_the_amx_unit_where_the_cpu_has_one():
     assert peak.formula == "2 cores x 1024 FLOP/cycle (AMX) x 2.000 GHz"
     assert "AMX: amx_bf16" in peak.describe() and "FMA units" not in peak.describe()
     # float32 stays on the vector units; float16 has no AMX unit without amx_fp16
-    assert cpu_peak("float32", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second == 2 * 2 * 16 * 2 * 2e9
-    assert cpu_peak("float16", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second == 2 * 2 * 32 * 2 * 2e9
-    assert cpu_peak("float16", cpuinfo=amx.replace("amx_bf16", "amx_bf16 amx_fp16"),
-                    usable_cpus=[0, 2]).flops_per_second == 2 * 1024 * 2e9
+    assert (
+        cpu_peak("float32", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second
+        == 2 * 2 * 16 * 2 * 2e9
+    )
+    assert (
+        cpu_peak("float16", cpuinfo=amx, usable_cpus=[0, 2]).flops_per_second
+        == 2 * 2 * 32 * 2 * 2e9
+    )
+    assert (
+        cpu_peak(
+            "float16", cpuinfo=amx.replace("amx_bf16", "amx_bf16 amx_fp16"), usable_cpus=[0, 2]
+        ).flops_per_second
+        == 2 * 1024 * 2e9
+    )
 
 
 def test_cpu_peak_of_this_machine_names_its_inputs():
     peak = cpu_peak("float32")
     text = peak.describe()
-    for word in ("cores x", "FMA units x", "float32 lanes x 2 x", "GHz", "GFLOP/s", "clock:", "SIMD:"):
+    for word in (
+        "cores x",
+        "FMA units x",
+        "float32 lanes x 2 x",
+        "GHz",
+        "GFLOP/s",
+        "clock:",
+        "SIMD:",
+    ):
         assert word in text
     assert peak.flops_per_second > 1e9
 
@@ -190,7 +281,10 @@ def test_gpu_peaks_are_the_published_dense_ones():
     assert gpu_peak("NVIDIA H100 PCIe", "float16").flops_per_second == 756e12
     assert gpu_peak("NVIDIA H200", "bfloat16").flops_per_second == 989.4e12
     a100 = gpu_peak("NVIDIA A100-SXM4-80GB", "float32")
-    assert (a100.dtype, a100.flops_per_second) == ("tf32", 156e12)  # TensorFlow's float32 matmuls on Ampere
+    assert (a100.dtype, a100.flops_per_second) == (
+        "tf32",
+        156e12,
+    )  # TensorFlow's float32 matmuls on Ampere
     assert gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False).flops_per_second == 19.5e12
     assert gpu_peak("NVIDIA L4", "float16").flops_per_second == 121e12
     with pytest.raises(ValueError, match="NVIDIA L40S"):
@@ -198,7 +292,11 @@ def test_gpu_peaks_are_the_published_dense_ones():
 
 
 def test_format_table_marks_targets():
-    rows = [Row("a. faster", 2.0, 1.0, 2.0, 1.25), Row("b. slower", 1.0, 2.0, 0.5, 1.0), Row("c. no target", 3.0, 6.0, 0.5, None)]
+    rows = [
+        Row("a. faster", 2.0, 1.0, 2.0, 1.25),
+        Row("b. slower", 1.0, 2.0, 0.5, 1.0),
+        Row("c. no target", 3.0, 6.0, 0.5, None),
+    ]
     lines = format_table(rows).splitlines()
     assert lines[0].split() == ["measurement", "ours", "peer/base", "ratio", "target"]
     assert lines[1].split()[-2:] == ["1.25", "ok"]
@@ -208,18 +306,45 @@ def test_format_table_marks_targets():
 
 def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
     result = run_script(
-        "benchmark.py", f"--data_dir={multi30k_dir}", "--preset=tiny",
-        "--num_encoder_layers=1", "--num_decoder_layers=1", "--hidden_dim=32", "--intermediate_dim=64",
-        "--num_heads=2", "--vocabulary_size=500", "--max_length=32", "--steps=2", "--batch_tokens=512",
-        "--padded_batch=8", "--padded_length=16", "--rounds=1", f"--plot={tmp_path / 'ratios.png'}",
+        "benchmark.py",
+        f"--data_dir={multi30k_dir}",
+        "--preset=tiny",
+        "--num_encoder_layers=1",
+        "--num_decoder_layers=1",
+        "--hidden_dim=32",
+        "--intermediate_dim=64",
+        "--num_heads=2",
+        "--vocabulary_size=500",
+        "--max_length=32",
+        "--steps=2",
+        "--batch_tokens=512",
+        "--padded_batch=8",
+        "--padded_length=16",
+        "--rounds=1",
+        f"--plot={tmp_path / 'ratios.png'}",
     )
-    for row in ("a. train steps/s", "b1. real target tokens/s, same bucketed batches",
-                "b2. real target tokens/s, bucketed vs fixed padding, ours",
-                "b3. the same, ours vs ours computing at the padding", "c1. MFU: training FLOP/s / float32 peak",
-                "c2. training FLOP/s / measured float32 matmul FLOP/s", "peak: ", "FMA units x"):
+    for row in (
+        "a. train steps/s",
+        "b1. real target tokens/s, same bucketed batches",
+        "b2. real target tokens/s, bucketed vs fixed padding, ours",
+        "b3. the same, ours vs ours computing at the padding",
+        "c1. MFU: training FLOP/s / float32 peak",
+        "c2. training FLOP/s / measured float32 matmul FLOP/s",
+        "peak: ",
+        "FMA units x",
+    ):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    for name in ("a. train steps/s", "b1. ", "b1'. ", "b1''. ", "b2. ", "b3. ", "c1. ", "c2. "):  # printed as measured, then in the table
+    for name in (
+        "a. train steps/s",
+        "b1. ",
+        "b1'. ",
+        "b1''. ",
+        "b2. ",
+        "b3. ",
+        "c1. ",
+        "c2. ",
+    ):  # printed as measured, then in the table
         assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
 
@@ -241,7 +366,9 @@ def test_compare_steps_warms_up_each_shape_once_then_times_every_round():
         return {"source_ids": np.zeros((2, width)), "target_ids": np.zeros((2, width))}, None
 
     batches = [batch(4), batch(8), batch(4)]  # two shapes, three batches
-    seconds = compare_steps((counting("first"), batches), (counting("second"), batches[:1]), rounds=3)
+    seconds = compare_steps(
+        (counting("first"), batches), (counting("second"), batches[:1]), rounds=3
+    )
     assert calls == {"first": 2 + 3 * 3, "second": 1 + 3 * 1}
     assert all(value >= 0 for value in seconds)
 
@@ -263,7 +390,9 @@ def test_fastest_of_alternating_reverses_the_order_every_other_round_and_keeps_e
 
     fastest = fastest_of_alternating({"a": workload("a", 1), "b": workload("b", 3)}, rounds=3)
     assert calls == ["a", "b", "b", "a", "a", "b"]
-    assert fastest["a"][0] < 0.05 and fastest["b"][0] < 0.05  # each keeps a round without its slow call
+    assert (
+        fastest["a"][0] < 0.05 and fastest["b"][0] < 0.05
+    )  # each keeps a round without its slow call
     assert fastest["a"][1] == 5 and fastest["b"][1] == 6  # the result of each one's last call
 
 
@@ -290,10 +419,24 @@ def test_compare_steps_per_batch_alternates_on_every_batch_and_keeps_each_batchs
         return {"source_ids": np.zeros((2, width)), "target_ids": np.zeros((2, width))}, None
 
     batches = [batch(4), batch(8), batch(6)]
-    first, second = compare_steps_per_batch(sleeping("first", 8), sleeping("second", 6), batches, rounds=2)
+    first, second = compare_steps_per_batch(
+        sleeping("first", 8), sleeping("second", 6), batches, rounds=2
+    )
     timed = calls[6:]  # after three warm-up calls for each step (three shapes)
-    assert timed == [("first", 4), ("second", 4), ("first", 8), ("second", 8), ("first", 6), ("second", 6),
-                     ("second", 4), ("first", 4), ("second", 8), ("first", 8), ("second", 6), ("first", 6)]
+    assert timed == [
+        ("first", 4),
+        ("second", 4),
+        ("first", 8),
+        ("second", 8),
+        ("first", 6),
+        ("second", 6),
+        ("second", 4),
+        ("first", 4),
+        ("second", 8),
+        ("first", 8),
+        ("second", 6),
+        ("first", 6),
+    ]
     assert first[1] >= 0.05 and second[2] >= 0.05
     assert first[0] < 0.05 and first[2] < 0.05 and second[0] < 0.05 and second[1] < 0.05
 
@@ -301,11 +444,19 @@ def test_compare_steps_per_batch_alternates_on_every_batch_and_keeps_each_batchs
 def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
     from keras_transformer.export import TranslationModule, export_saved_model
 
-    baseline = export_saved_model(TranslationModule.from_run(trained_run), tmp_path, "baseline", verify=False,
-                                  check_ops=False).path  # the run's search settings, as row d's own export
+    baseline = export_saved_model(
+        TranslationModule.from_run(trained_run), tmp_path, "baseline", verify=False, check_ops=False
+    ).path  # the run's search settings, as row d's own export
     result = run_script(
-        "benchmark.py", f"--data_dir={multi30k_dir}", "--notraining", f"--model_dir={trained_run}",
-        "--decode_sentences=4", "--saved_model_sentences=6", "--ctranslate2", "--ctranslate2_sentences=4", "--threads=2",
+        "benchmark.py",
+        f"--data_dir={multi30k_dir}",
+        "--notraining",
+        f"--model_dir={trained_run}",
+        "--decode_sentences=4",
+        "--saved_model_sentences=6",
+        "--ctranslate2",
+        "--ctranslate2_sentences=4",
+        "--threads=2",
         f"--saved_model_baseline={baseline}",
     )
     assert "d. beam 4 sentences/s, cached vs recompute, graph" in result.stdout
@@ -315,27 +466,56 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
     assert "e. 4 sentences, beam 4, alpha 0.6 (each engine's own length penalty)" in result.stdout
     assert "e. SavedModel vs CTranslate2 float32, sentences/s" in result.stdout
     assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
-    assert "signature_serialization" not in result.stderr, result.stderr[-2000:]  # the export's INFO lines
+    assert "signature_serialization" not in result.stderr, result.stderr[
+        -2000:
+    ]  # the export's INFO lines
     result = run_script("benchmark.py", "--notraining", check=False)
-    assert result.returncode != 0 and "give --model_dir (d, e), --attention_scaling (f) or --profile_training" in result.stderr
-    result = run_script("benchmark.py", "--notraining", "--attention_scaling", "--vocabulary_map=20,500", check=False)
-    assert result.returncode != 0 and "--vocabulary_map=20,500 is used by row e (--ctranslate2)" in result.stderr
+    assert (
+        result.returncode != 0
+        and "give --model_dir (d, e), --attention_scaling (f) or --profile_training"
+        in result.stderr
+    )
+    result = run_script(
+        "benchmark.py",
+        "--notraining",
+        "--attention_scaling",
+        "--vocabulary_map=20,500",
+        check=False,
+    )
+    assert (
+        result.returncode != 0
+        and "--vocabulary_map=20,500 is used by row e (--ctranslate2)" in result.stderr
+    )
 
 
 def test_attention_scaling_row(tmp_path):
     """Row f's code at two tiny lengths (no timing claims): the table, its growth column and the plot."""
     result = run_script(
-        "benchmark.py", "--notraining", "--attention_scaling", "--scaling_lengths=16,64", "--scaling_window=4",
-        "--preset=tiny", "--hidden_dim=16", "--num_heads=2", "--intermediate_dim=32", "--rounds=1",
-        "--noscaling_memory", f"--scaling_plot={tmp_path / 'scaling.png'}",
+        "benchmark.py",
+        "--notraining",
+        "--attention_scaling",
+        "--scaling_lengths=16,64",
+        "--scaling_window=4",
+        "--preset=tiny",
+        "--hidden_dim=16",
+        "--num_heads=2",
+        "--intermediate_dim=32",
+        "--rounds=1",
+        "--noscaling_memory",
+        f"--scaling_plot={tmp_path / 'scaling.png'}",
     )
-    assert "f. one encoder layer of preset tiny (d_model 16, 2 heads, d_ff 32, dropout 0.1)" in result.stdout
+    assert (
+        "f. one encoder layer of preset tiny (d_model 16, 2 heads, d_ff 32, dropout 0.1)"
+        in result.stdout
+    )
     table = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| n | full: ms (growth per doubling) | r = 4: ms")
     assert [row.split(" | ")[0] for row in table[1:]] == ["| 16", "| 64"]
     assert table[2].count("x)") == 2  # growth per doubling of the time, full and windowed
     assert matplotlib.image.imread(tmp_path / "scaling.png").shape[2] in (3, 4)
-    result = run_script("benchmark.py", "--notraining", "--attention_scaling", "--scaling_lengths=16,x", check=False)
+    result = run_script(
+        "benchmark.py", "--notraining", "--attention_scaling", "--scaling_lengths=16,x", check=False
+    )
     assert result.returncode != 0 and "--scaling_lengths takes positive integers" in result.stderr
 
 
@@ -347,10 +527,19 @@ def test_peak_memory_of_one_step_in_a_fresh_process():
 
 
 def test_scaling_table_reports_growth_per_doubling():
-    points = [ScalingPoint(128, 0.01, 0.01, 2**20, 2**20), ScalingPoint(512, 0.16, 0.04, 16 * 2**20, 4 * 2**20)]
+    points = [
+        ScalingPoint(128, 0.01, 0.01, 2**20, 2**20),
+        ScalingPoint(512, 0.16, 0.04, 16 * 2**20, 4 * 2**20),
+    ]
     lines = format_scaling_table(points, 64).splitlines()
-    assert lines[3].split(" | ") == ["| 512", "160.0 ms (4.00x)", "40.0 ms (2.00x)", "16.0 MiB (4.00x)",
-                                     "4.0 MiB (2.00x)", "4.00x |"]
+    assert lines[3].split(" | ") == [
+        "| 512",
+        "160.0 ms (4.00x)",
+        "40.0 ms (2.00x)",
+        "16.0 MiB (4.00x)",
+        "4.0 MiB (2.00x)",
+        "4.00x |",
+    ]
 
 
 def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
@@ -365,9 +554,17 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
 
     every_token = VocabularyMap.every_token(read_run_config(trained_run)[0].vocabulary_size)
     lines = []
-    rows = ctranslate2_rows(trained_run, load_pairs("builtin", "test")[:6], length_penalty=0.0, batch_sizes=(2, 4),
-                            sweep_sentences=4, rounds=2, tokenize="char", vocabulary_map=every_token,
-                            log=lines.append)
+    rows = ctranslate2_rows(
+        trained_run,
+        load_pairs("builtin", "test")[:6],
+        length_penalty=0.0,
+        batch_sizes=(2, 4),
+        sweep_sentences=4,
+        rounds=2,
+        tokenize="char",
+        vocabulary_map=every_token,
+        log=lines.append,
+    )
     assert [row.name for row in rows] == [
         "e. SavedModel vs CTranslate2 float32, sentences/s",
         "e. in-process vs CTranslate2 float32, sentences/s",
@@ -378,12 +575,25 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     ]
     for row in rows:
         assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
-    assert lines[0] == "e. batch-size sweep on 4 sentences (sentences/s):" and lines[1].split() == ["engine", "2", "4"]
+    assert lines[0] == "e. batch-size sweep on 4 sentences (sentences/s):" and lines[1].split() == [
+        "engine",
+        "2",
+        "4",
+    ]
     assert len(lines) == 18 and lines[9].startswith("e. 6 sentences, beam 4, alpha 0.0")
-    assert all(line.split()[-4] in ("2", "4") for line in lines[11:])  # each engine's fastest batch size
+    assert all(
+        line.split()[-4] in ("2", "4") for line in lines[11:]
+    )  # each engine's fastest batch size
     bleu = {line[3:29].strip(): float(line.split()[-1]) for line in lines[11:]}
-    assert set(bleu) == {"SavedModel", "in-process search", "CTranslate2 float32", "CTranslate2 int8",
-                         "SavedModel + shortlist", "CTranslate2 float32 + vmap", "CTranslate2 int8 + vmap"}
+    assert set(bleu) == {
+        "SavedModel",
+        "in-process search",
+        "CTranslate2 float32",
+        "CTranslate2 int8",
+        "SavedModel + shortlist",
+        "CTranslate2 float32 + vmap",
+        "CTranslate2 int8 + vmap",
+    }
     assert bleu["SavedModel"] == bleu["in-process search"] == bleu["CTranslate2 float32"]
     assert bleu["SavedModel + shortlist"] == bleu["SavedModel"]
     assert bleu["CTranslate2 float32 + vmap"] == bleu["CTranslate2 float32"]
@@ -403,7 +613,9 @@ def test_profile_of_a_fresh_instance_keeps_the_ops_that_unprofiled_runs_would_fi
     def make_function():
         @tf.function
         def swap_many_times(pair):
-            return tf.while_loop(lambda i, pair: i < 300, lambda i, pair: (i + 1, tf.gather(pair, [1, 0])), (0, pair))[1]
+            return tf.while_loop(
+                lambda i, pair: i < 300, lambda i, pair: (i + 1, tf.gather(pair, [1, 0])), (0, pair)
+            )[1]
 
         return swap_many_times
 
@@ -424,8 +636,13 @@ def test_saved_model_profile_finds_the_beam_reorder(trained_run):
     from keras_transformer.data.sources import load_pairs
 
     lines = []
-    results = profile_run(trained_run, [source for source, _ in load_pairs("builtin", "test")[:8]], batch_sizes=(4, 8),
-                          rounds=1, log=lines.append)
+    results = profile_run(
+        trained_run,
+        [source for source, _ in load_pairs("builtin", "test")[:8]],
+        batch_sizes=(4, 8),
+        rounds=1,
+        log=lines.append,
+    )
     assert set(results) == {4, 8}
     for result in results.values():
         assert result["sentences_per_second"] > 0
@@ -435,8 +652,12 @@ def test_saved_model_profile_finds_the_beam_reorder(trained_run):
         assert kinds.get("decoder self-attention", 0) > 0 and kinds.get("encoder", 0) > 0, kinds
         assert "GatherV2" in result["types"]
     table = lines[-1].splitlines()
-    assert table[0] == "| batch size | 4 | 8 |" and table[2].startswith("| sentences/s (8 sentences) |")
-    assert {kind for kind, _ in OP_KINDS} >= {line.split(" | ")[0][2:] for line in table[4:] if line.startswith("| ")} - {"other"}
+    assert table[0] == "| batch size | 4 | 8 |" and table[2].startswith(
+        "| sentences/s (8 sentences) |"
+    )
+    assert {kind for kind, _ in OP_KINDS} >= {
+        line.split(" | ")[0][2:] for line in table[4:] if line.startswith("| ")
+    } - {"other"}
 
 
 def test_training_profile_attributes_both_models_ops_to_their_parts():
@@ -450,35 +671,64 @@ def test_training_profile_attributes_both_models_ops_to_their_parts():
     ids = np.random.default_rng(0).integers(1, 64, size=(3, 4, 6)).astype("int32")
     batches = [({"source_ids": ids[0], "target_ids": ids[1]}, ids[2])]
     lines = []
-    results = training_profile({"ours": Transformer(config), "keras-hub": keras_hub_transformer(config)}, config,
-                               batches, log=lines.append)
+    results = training_profile(
+        {"ours": Transformer(config), "keras-hub": keras_hub_transformer(config)},
+        config,
+        batches,
+        log=lines.append,
+    )
     for name, result in results.items():
         assert result["step_seconds"] > 0
         assert sum(result["parts"].values()) == pytest.approx(result["op_seconds"])
-        for part in ("attention", "feed-forward", "layer norm", "dropout", "output projection and embedding",
-                     "optimizer (Adam)", OUTSIDE):
+        for part in (
+            "attention",
+            "feed-forward",
+            "layer norm",
+            "dropout",
+            "output projection and embedding",
+            "optimizer (Adam)",
+            OUTSIDE,
+        ):
             assert result["parts"].get(part, 0.0) > 0, (name, part)
     assert lines[0].splitlines()[0] == "| graph mode, 1 batches | ours | keras-hub |"
 
 
 def test_backend_summary_keeps_each_backends_fastest_round_and_counts_tensorflows_outputs():
     def run(tokens, sentences, token_ids, keras_hub, keras_hub_ids):
-        return {"training": {"tokens_per_second": tokens},
-                "decoding": {"sentences_per_second": sentences, "output_tokens_per_second": 10 * sentences,
-                             "token_ids": token_ids},
-                "keras_hub_decoding": {"sentences_per_second": keras_hub, "token_ids": keras_hub_ids}}
+        return {
+            "training": {"tokens_per_second": tokens},
+            "decoding": {
+                "sentences_per_second": sentences,
+                "output_tokens_per_second": 10 * sentences,
+                "token_ids": token_ids,
+            },
+            "keras_hub_decoding": {"sentences_per_second": keras_hub, "token_ids": keras_hub_ids},
+        }
 
     results = {
-        "tensorflow": [run(100.0, 4.0, [[5], [6]], 1.0, [[5], [6]]), run(200.0, 2.0, [[5], [6]], 2.0, [[5], [6]])],
-        "jax": [run(50.0, 8.0, [[5], [7]], 0.5, [[5], [6]]), run(150.0, 1.0, [[5], [7]], 4.0, [[5], [6]])],
+        "tensorflow": [
+            run(100.0, 4.0, [[5], [6]], 1.0, [[5], [6]]),
+            run(200.0, 2.0, [[5], [6]], 2.0, [[5], [6]]),
+        ],
+        "jax": [
+            run(50.0, 8.0, [[5], [7]], 0.5, [[5], [6]]),
+            run(150.0, 1.0, [[5], [7]], 4.0, [[5], [6]]),
+        ],
     }
     rows = {row["backend"]: row for row in summarize_backends(results)}
-    assert rows["tensorflow"]["training_ratio"] == 1.0 and rows["tensorflow"]["same_outputs"] == "2/2"
-    assert rows["jax"]["training_tokens_per_second"] == 150.0 and rows["jax"]["training_ratio"] == 0.75
+    assert (
+        rows["tensorflow"]["training_ratio"] == 1.0 and rows["tensorflow"]["same_outputs"] == "2/2"
+    )
+    assert (
+        rows["jax"]["training_tokens_per_second"] == 150.0 and rows["jax"]["training_ratio"] == 0.75
+    )
     assert rows["jax"]["beam_sentences_per_second"] == 8.0 and rows["jax"]["beam_ratio"] == 2.0
     assert rows["jax"]["same_outputs"] == "1/2"
     # the anchor: each backend's fastest keras-hub round against its own fastest search, same backend
-    assert rows["tensorflow"]["over_keras_hub"] == 2.0 and rows["tensorflow"]["keras_hub_same_as_ours"] == "2/2"
+    assert (
+        rows["tensorflow"]["over_keras_hub"] == 2.0
+        and rows["tensorflow"]["keras_hub_same_as_ours"] == "2/2"
+    )
     assert rows["jax"]["over_keras_hub"] == 2.0 and rows["jax"]["keras_hub_same_as_ours"] == "1/2"
 
 
@@ -490,9 +740,16 @@ def test_keras_hub_sampler_driving_our_model_at_one_beam_is_our_greedy_search(ru
     from keras_transformer.decoding import greedy_search
 
     model, tokenizer, _ = run_model
-    texts = ["twenty one", "four hundred thousand three", "seven", "nine hundred ninety nine thousand"]
+    texts = [
+        "twenty one",
+        "four hundred thousand three",
+        "seven",
+        "nine hundred ninety nine thousand",
+    ]
     (ids,) = source_batches(tokenizer, texts, len(texts), model.config.max_length)
-    theirs = keras.ops.convert_to_numpy(keras_hub_beam_search(model, ids, beam_size=1, max_output_offset=10))
+    theirs = keras.ops.convert_to_numpy(
+        keras_hub_beam_search(model, ids, beam_size=1, max_output_offset=10)
+    )
     ours = keras.ops.convert_to_numpy(greedy_search(model, ids, max_output_offset=10)[0])
 
     ended = 0
@@ -506,11 +763,20 @@ def test_keras_hub_sampler_driving_our_model_at_one_beam_is_our_greedy_search(ru
 
 def test_backend_benchmark_times_every_backend_on_the_same_batches(trained_run, tmp_path):
     result = run_script(
-        "benchmark_backends.py", f"--model_dir={trained_run}", f"--work_dir={tmp_path}", "--rounds=1",
-        "--num_batches=2", "--num_sentences=8", "--batch_size=4",
+        "benchmark_backends.py",
+        f"--model_dir={trained_run}",
+        f"--work_dir={tmp_path}",
+        "--rounds=1",
+        "--num_batches=2",
+        "--num_sentences=8",
+        "--batch_size=4",
     )
     assert "CPU flags:" in result.stdout
     table = result.stdout.split("keras-hub best = ours")[1].strip().splitlines()
     assert [line.split()[0] for line in table] == ["tensorflow", "jax", "torch"]
-    assert all(line.split()[6] == "8/8" for line in table), result.stdout  # the same beam outputs everywhere
-    assert all(float(line.split()[8]) > 0 for line in table), result.stdout  # the keras-hub anchor, per backend
+    assert all(line.split()[6] == "8/8" for line in table), (
+        result.stdout
+    )  # the same beam outputs everywhere
+    assert all(float(line.split()[8]) > 0 for line in table), (
+        result.stdout
+    )  # the keras-hub anchor, per backend

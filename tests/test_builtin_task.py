@@ -26,11 +26,13 @@ KNOWN = [
     (1001, "one thousand one", "eintausendeins"),
     (1234, "one thousand two hundred thirty four", "eintausendzweihundertvierunddreißig"),
     (2021, "two thousand twenty one", "zweitausendeinundzwanzig"),
-    (12345, "twelve thousand three hundred forty five",
-     "zwölftausenddreihundertfünfundvierzig"),
+    (12345, "twelve thousand three hundred forty five", "zwölftausenddreihundertfünfundvierzig"),
     (21000, "twenty one thousand", "einundzwanzigtausend"),
-    (99999, "ninety nine thousand nine hundred ninety nine",
-     "neunundneunzigtausendneunhundertneunundneunzig"),
+    (
+        99999,
+        "ninety nine thousand nine hundred ninety nine",
+        "neunundneunzigtausendneunhundertneunundneunzig",
+    ),
     (101001, "one hundred one thousand one", "einhunderteintausendeins"),
 ]
 
@@ -61,7 +63,10 @@ def test_rejects_bad_numbers(bad):
 def test_split_sizes_and_disjointness():
     splits = {name: builtin_task(name) for name in ("train", "val", "test")}
     assert {name: len(pairs) for name, pairs in splits.items()} == {
-        "train": 20_000, "val": 500, "test": 500}
+        "train": 20_000,
+        "val": 500,
+        "test": 500,
+    }
     sources = {name: {source for source, _ in pairs} for name, pairs in splits.items()}
     assert all(len(sources[name]) == len(splits[name]) for name in splits)
     assert not sources["train"] & sources["val"]
@@ -75,10 +80,14 @@ def test_splits_are_deterministic_and_pinned():
     # Pinned values: the permutation depends only on Random.random(), whose
     # output Python keeps stable across versions and platforms.
     assert builtin_task("val")[:3] == [
-        ("seventy seven thousand eight hundred seventeen",
-         "siebenundsiebzigtausendachthundertsiebzehn"),
-        ("forty one thousand nine hundred ninety six",
-         "einundvierzigtausendneunhundertsechsundneunzig"),
+        (
+            "seventy seven thousand eight hundred seventeen",
+            "siebenundsiebzigtausendachthundertsiebzehn",
+        ),
+        (
+            "forty one thousand nine hundred ninety six",
+            "einundvierzigtausendneunhundertsechsundneunzig",
+        ),
         ("eight thousand two hundred eighty three", "achttausendzweihundertdreiundachtzig"),
     ]
 

@@ -25,7 +25,9 @@ def documented_flags():
                 command = command.rstrip()[:-1] + " " + lines[index]
             command = command.split("#", 1)[0].split("|", 1)[0]
             for flag in re.findall(r"(?<![\w-])--([a-z][a-z0-9_]*)", command):
-                found.setdefault(match.group(1), {}).setdefault(flag, f"{Path(doc).name}:{number + 1}")
+                found.setdefault(match.group(1), {}).setdefault(
+                    flag, f"{Path(doc).name}:{number + 1}"
+                )
     return found
 
 
@@ -40,14 +42,25 @@ def test_the_docs_document_commands():
 @pytest.mark.parametrize("script", sorted(FLAGS))
 def test_help_lists_every_documented_flag(script):
     # The environment a user has: TensorFlow's log level unset, so the script picks its own.
-    user_environment = {k: v for k, v in script_environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    result = run_script(script, "--help", check=False, env=user_environment)  # absl exits with 1 after --help
-    noise = [line for line in result.stderr.splitlines() if "cuda" in line.lower() or "InitializeLog" in line]
+    user_environment = {
+        k: v for k, v in script_environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"
+    }
+    result = run_script(
+        script, "--help", check=False, env=user_environment
+    )  # absl exits with 1 after --help
+    noise = [
+        line
+        for line in result.stderr.splitlines()
+        if "cuda" in line.lower() or "InitializeLog" in line
+    ]
     assert not noise, f"`{script} --help` prints TensorFlow's start-up lines: {noise}"
     shown = result.stdout
     listed = set(re.findall(r"^  --(?:\[no\])?([a-z][a-z0-9_]*)", shown, flags=re.MULTILINE))
-    missing = {flag: where for flag, where in FLAGS[script].items()
-               if flag not in listed and not (flag.startswith("no") and flag[2:] in listed)}
+    missing = {
+        flag: where
+        for flag, where in FLAGS[script].items()
+        if flag not in listed and not (flag.startswith("no") and flag[2:] in listed)
+    }
     assert not missing, f"documented but not in `{script} --help`: {missing}"
 
 
@@ -79,5 +92,7 @@ def test_config_flags_keep_an_explicit_window_without_positions_an_error():
     flag_values = flags.FlagValues()
     define_config_flags("ptb_sample", flag_values=flag_values)
     flag_values(["train.py", "--noword_positions", "--word_window=1"])
-    with pytest.raises(ValueError, match="^word_window needs word_positions=True. Received: word_window=1$"):
+    with pytest.raises(
+        ValueError, match="^word_window needs word_positions=True. Received: word_window=1$"
+    ):
         config_from_flags(flag_values)

@@ -43,7 +43,12 @@ def count_parameters(config):
     token embedding(s) V x D, learned positions 2 x max_length x D (row E), an untied
     output projection D x V + V, and pre-LN's two final norms.
     """
-    d, f, h, v = config.hidden_dim, config.intermediate_dim, config.num_heads, config.vocabulary_size
+    d, f, h, v = (
+        config.hidden_dim,
+        config.intermediate_dim,
+        config.num_heads,
+        config.vocabulary_size,
+    )
     dk, dv = config.head_key_dim, config.head_value_dim
     attention = 2 * (d * h * dk + h * dk) + (d * h * dv + h * dv) + (h * dv * d + d)
     feed_forward = (d * f + f) + (f * d + d)
@@ -134,7 +139,9 @@ def test_formula_matches_a_built_scaled_down_preset(name):
     trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
     assert count_parameters(config) == trainable
     # The one non-trainable weight: a word-position model's table of piece kinds (V entries).
-    assert model.count_params() - trainable == (config.vocabulary_size if config.word_positions else 0)
+    assert model.count_params() - trainable == (
+        config.vocabulary_size if config.word_positions else 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,8 +160,14 @@ def test_formula_matches_a_built_scaled_down_preset(name):
 )
 def test_formula_matches_built_tiny_variants(changes):
     config = get_preset(
-        "tiny", vocabulary_size=29, num_encoder_layers=2, num_decoder_layers=2, hidden_dim=16, intermediate_dim=24,
-        num_heads=2, max_length=12,
+        "tiny",
+        vocabulary_size=29,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        hidden_dim=16,
+        intermediate_dim=24,
+        num_heads=2,
+        max_length=12,
     ).replace(**changes)
     model = Transformer(config)
     assert count_parameters(config) == model.count_params()
@@ -185,7 +198,9 @@ def test_architecture_doc_table_is_current():
     text = DOC.read_text(encoding="utf-8")
     assert TABLE_START in text and TABLE_END in text
     documented = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
-    assert documented == preset_table(), "docs/architecture.md is stale: paste `python -m tests.test_config`"
+    assert documented == preset_table(), (
+        "docs/architecture.md is stale: paste `python -m tests.test_config`"
+    )
     for name in PRESETS:
         assert len(re.findall(rf"^\| `{name}` \|", documented, flags=re.MULTILINE)) == 1, name
 
@@ -197,9 +212,19 @@ def test_base_preset_is_the_paper_base_model():
     config = get_preset("base")
     assert config == TransformerConfig()
     assert (config.num_encoder_layers, config.num_decoder_layers, config.hidden_dim) == (6, 6, 512)
-    assert (config.intermediate_dim, config.num_heads, config.head_key_dim, config.head_value_dim) == (2048, 8, 64, 64)
+    assert (
+        config.intermediate_dim,
+        config.num_heads,
+        config.head_key_dim,
+        config.head_value_dim,
+    ) == (2048, 8, 64, 64)
     assert (config.dropout, config.label_smoothing, config.vocabulary_size) == (0.1, 0.1, 37000)
-    assert (config.warmup_steps, config.beam_size, config.length_penalty, config.max_output_offset) == (4000, 4, 0.6, 50)
+    assert (
+        config.warmup_steps,
+        config.beam_size,
+        config.length_penalty,
+        config.max_output_offset,
+    ) == (4000, 4, 0.6, 50)
     assert config.average_checkpoints == 5
     assert not config.normalize_first and config.positional == "sinusoidal"
     assert config.share_embeddings and config.tie_output
@@ -207,7 +232,12 @@ def test_base_preset_is_the_paper_base_model():
 
 def test_big_preset():
     config = get_preset("big")
-    assert (config.hidden_dim, config.intermediate_dim, config.num_heads, config.dropout) == (1024, 4096, 16, 0.3)
+    assert (config.hidden_dim, config.intermediate_dim, config.num_heads, config.dropout) == (
+        1024,
+        4096,
+        16,
+        0.3,
+    )
     assert config.head_key_dim == 64 and config.average_checkpoints == 20
 
 
@@ -217,14 +247,23 @@ def test_table3_rows_change_only_their_fields():
         if not name.startswith("table3_"):
             continue
         config = get_preset(name)
-        differing = {field for field in base.to_dict() if getattr(config, field) != getattr(base, field)}
+        differing = {
+            field for field in base.to_dict() if getattr(config, field) != getattr(base, field)
+        }
         assert differing == set(changes), name
         assert description.startswith("Table 3 (")
     # Rows (A) keep h * d_k = d_model (constant computation).
     for heads, depth in [(1, 512), (4, 128), (16, 32), (32, 16)]:
         config = get_preset(f"table3_a_h{heads}")
-        assert (config.num_heads, config.head_key_dim, config.head_value_dim) == (heads, depth, depth)
-    assert (get_preset("table3_b_dk16").head_key_dim, get_preset("table3_b_dk16").head_value_dim) == (16, 64)
+        assert (config.num_heads, config.head_key_dim, config.head_value_dim) == (
+            heads,
+            depth,
+            depth,
+        )
+    assert (
+        get_preset("table3_b_dk16").head_key_dim,
+        get_preset("table3_b_dk16").head_value_dim,
+    ) == (16, 64)
     assert get_preset("table3_c_d256").head_key_dim == 32
     assert get_preset("table3_c_d1024").head_key_dim == 128
 
@@ -279,7 +318,9 @@ def test_non_positive_or_non_integer_sizes_raise(field, value):
         TransformerConfig(**{field: value})
 
 
-@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout", "label_smoothing"])
+@pytest.mark.parametrize(
+    "field", ["dropout", "attention_dropout", "activation_dropout", "label_smoothing"]
+)
 @pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
 def test_rates_outside_zero_one_raise(field, value):
     with pytest.raises(ValueError, match=re.escape(f"{field}={value!r}")):
@@ -297,11 +338,15 @@ def test_other_bad_values_raise():
         TransformerConfig(max_output_offset=-5)
     with pytest.raises(ValueError, match="tokenizer_type='wordpiece'"):
         TransformerConfig(tokenizer_type="wordpiece")
-    with pytest.raises(ValueError, match="word_positions needs sinusoidal positions .* positional='learned'"):
+    with pytest.raises(
+        ValueError, match="word_positions needs sinusoidal positions .* positional='learned'"
+    ):
         TransformerConfig(word_positions=True, positional="learned")
     with pytest.raises(ValueError, match="hidden_dim divisible by 4.* hidden_dim=510"):
         TransformerConfig(word_positions=True, hidden_dim=510, num_heads=5)
-    with pytest.raises(ValueError, match="word_window needs word_positions=True. Received: word_window=1"):
+    with pytest.raises(
+        ValueError, match="word_window needs word_positions=True. Received: word_window=1"
+    ):
         TransformerConfig(word_window=1)
     with pytest.raises(ValueError, match="word_window=-1"):
         TransformerConfig(word_positions=True, word_window=-1)
@@ -329,7 +374,14 @@ def test_counts_grow_as_table3_says():
     assert counts["table3_c_n2"] < counts["table3_c_n4"] < counts["base"] < counts["table3_c_n8"]
     assert counts["table3_c_d256"] < counts["base"] < counts["table3_c_d1024"]
     assert counts["table3_b_dk16"] < counts["table3_b_dk32"] < counts["base"]
-    for name in ("table3_a_h1", "table3_a_h4", "table3_a_h16", "table3_a_h32", "table3_d_drop0", "table3_d_ls02"):
+    for name in (
+        "table3_a_h1",
+        "table3_a_h4",
+        "table3_a_h16",
+        "table3_a_h32",
+        "table3_d_drop0",
+        "table3_d_ls02",
+    ):
         assert counts[name] == counts["base"], name
     assert counts["table3_e_learned"] - counts["base"] == 2 * 256 * 512
     assert np.isclose(counts["big"] / 1e6, 213, rtol=0.05)
@@ -347,4 +399,3 @@ if __name__ == "__main__":
     print(TABLE_START)
     print(preset_table())
     print(TABLE_END)
-

@@ -15,7 +15,6 @@ from keras_transformer.data.corpus import (
 )
 
 
-
 def _write_gz(path: Path, data: bytes) -> Path:
     with gzip.open(path, "wb") as f:
         f.write(data)
@@ -104,8 +103,10 @@ def test_read_parallel_mismatch_names_files_counts_and_line(tmp_path):
 def test_load_multi30k_from_data_dir(multi30k_dir):
     pairs = load_multi30k("en", "de", "val", data_dir=multi30k_dir)
     assert len(pairs) == 1014
-    assert pairs[0] == ("A group of men are loading cotton onto a truck",
-                        "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen")
+    assert pairs[0] == (
+        "A group of men are loading cotton onto a truck",
+        "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen",
+    )
     reverse = load_multi30k("de", "en", "validation", data_dir=multi30k_dir)
     assert reverse == [(t, s) for s, t in pairs]
 
@@ -121,7 +122,9 @@ def test_load_multi30k_reads_uncompressed_files(tmp_path):
     (tmp_path / "val.en").write_text("A dog.\nTwo cats.\n", encoding="utf-8")
     (tmp_path / "val.de").write_text("Ein Hund.\nZwei Katzen.\n", encoding="utf-8")
     assert load_multi30k("en", "de", "val", data_dir=tmp_path) == [
-        ("A dog.", "Ein Hund."), ("Two cats.", "Zwei Katzen.")]
+        ("A dog.", "Ein Hund."),
+        ("Two cats.", "Zwei Katzen."),
+    ]
 
 
 def test_load_multi30k_missing_local_file(tmp_path):
@@ -129,13 +132,20 @@ def test_load_multi30k_missing_local_file(tmp_path):
         load_multi30k("en", "de", "train", data_dir=tmp_path)
 
 
-@pytest.mark.parametrize("src, tgt, split, pattern", [
-    ("en", "xx", "val", "Unknown Multi30k target language 'xx'; valid languages: en, de, fr"),
-    ("es", "de", "val", "Unknown Multi30k source language 'es'; valid languages: en, de, fr"),
-    ("en", "de", "dev", "Unknown Multi30k split 'dev'; valid splits: train, val, "
-                        "test_2016_flickr"),
-    ("de", "de", "val", "both 'de'"),
-])
+@pytest.mark.parametrize(
+    "src, tgt, split, pattern",
+    [
+        ("en", "xx", "val", "Unknown Multi30k target language 'xx'; valid languages: en, de, fr"),
+        ("es", "de", "val", "Unknown Multi30k source language 'es'; valid languages: en, de, fr"),
+        (
+            "en",
+            "de",
+            "dev",
+            "Unknown Multi30k split 'dev'; valid splits: train, val, test_2016_flickr",
+        ),
+        ("de", "de", "val", "both 'de'"),
+    ],
+)
 def test_load_multi30k_rejects_bad_arguments(tmp_path, src, tgt, split, pattern):
     with pytest.raises(ValueError, match=pattern):
         load_multi30k(src, tgt, split, data_dir=tmp_path)
@@ -143,7 +153,8 @@ def test_load_multi30k_rejects_bad_arguments(tmp_path, src, tgt, split, pattern)
 
 def test_multi30k_url_is_the_public_raw_directory():
     assert MULTI30K_URL == (
-        "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw")
+        "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+    )
 
 
 def test_load_multi30k_downloads_into_cache(tmp_path, multi30k_dir):

@@ -22,7 +22,9 @@ def described(setting, **environment):
     env.pop(ENVIRONMENT_VARIABLE, None)
     if setting is not None:
         env[ENVIRONMENT_VARIABLE] = setting
-    result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 
@@ -32,4 +34,6 @@ def test_pooled_unless_the_environment_says_otherwise():
     # AMX), the CPU device takes oneDNN's allocator, which pools whatever the variable says; with
     # them off, on every CPU, the variable alone decides.
     assert described(None, TF_ENABLE_ONEDNN_OPTS="0") == "pooled (TF_CPU_ALLOCATOR_USE_BFC=true)"
-    assert described("false", TF_ENABLE_ONEDNN_OPTS="0") == "malloc (TF_CPU_ALLOCATOR_USE_BFC=false)"
+    assert (
+        described("false", TF_ENABLE_ONEDNN_OPTS="0") == "malloc (TF_CPU_ALLOCATOR_USE_BFC=false)"
+    )

@@ -39,7 +39,10 @@ LOG_PROB_TOLERANCE = 1e-3
 def ct2_models(trained_run, tmp_path_factory):
     """`{"float32": dir, "int8": dir}` exported from the trained run."""
     root = tmp_path_factory.mktemp("ctranslate2")
-    return {kind: export_ctranslate2(trained_run, root / kind, quantization=kind) for kind in ("float32", "int8")}
+    return {
+        kind: export_ctranslate2(trained_run, root / kind, quantization=kind)
+        for kind in ("float32", "int8")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +66,17 @@ def _compare(texts, model, tokenizer, config, model_dir, beam_size, compute_type
         token_ids, scores = greedy_search(model, source_ids, max_output_offset=MAX_OUTPUT_OFFSET)
     else:
         token_ids, scores = beam_search(
-            model, source_ids, beam_size=beam_size, length_penalty=0.0, max_output_offset=MAX_OUTPUT_OFFSET
+            model,
+            source_ids,
+            beam_size=beam_size,
+            length_penalty=0.0,
+            max_output_offset=MAX_OUTPUT_OFFSET,
         )
         token_ids, scores = token_ids[:, 0], scores[:, 0]
     ours = _our_outputs(token_ids)
-    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type, intra_threads=1)
+    translator = ctranslate2.Translator(
+        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=1
+    )
     theirs, their_scores = translate_ctranslate2(
         translator,
         tokenizer,
@@ -78,14 +87,18 @@ def _compare(texts, model, tokenizer, config, model_dir, beam_size, compute_type
         max_source_length=config.max_length,
     )
     equal = [a == b for a, b in zip(ours, theirs)]
-    differences = [abs(float(a) - b) for a, b, same in zip(np.asarray(scores), their_scores, equal) if same]
+    differences = [
+        abs(float(a) - b) for a, b, same in zip(np.asarray(scores), their_scores, equal) if same
+    ]
     return sum(equal) / len(equal), max(differences, default=math.inf)
 
 
 @pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
 def test_float32_translations_and_log_probs_equal_ours(sentences_and_model, ct2_models, beam_size):
     agreement, max_difference = _compare(*sentences_and_model, ct2_models["float32"], beam_size)
-    print(f"beam {beam_size}: {agreement:.1%} equal, max |log-prob difference| {max_difference:.2e}")
+    print(
+        f"beam {beam_size}: {agreement:.1%} equal, max |log-prob difference| {max_difference:.2e}"
+    )
     assert agreement >= MIN_AGREEMENT
     assert max_difference <= LOG_PROB_TOLERANCE
 
@@ -106,19 +119,28 @@ def test_int8_export_is_quantized_and_keeps_bleu(sentences_and_model, ct2_models
     bleu = {}
     for kind, model_dir in ct2_models.items():
         translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=1)
-        outputs, _ = translate_ctranslate2(translator, tokenizer, texts, max_source_length=config.max_length)
-        hypotheses = [text.decode("utf-8") for text in tokenizer.detokenize(tf.ragged.constant(outputs)).numpy()]
+        outputs, _ = translate_ctranslate2(
+            translator, tokenizer, texts, max_source_length=config.max_length
+        )
+        hypotheses = [
+            text.decode("utf-8")
+            for text in tokenizer.detokenize(tf.ragged.constant(outputs)).numpy()
+        ]
         bleu[kind] = corpus_bleu(hypotheses, references, tokenize="char")[0]
     print(f"BLEU float32 {bleu['float32']:.2f}, int8 {bleu['int8']:.2f}")
     assert bleu["float32"] > 50  # the trained run translates
     assert bleu["int8"] >= bleu["float32"] - 4.0
 
 
-def test_directory_holds_vocabulary_and_sentencepiece_model(trained_run, sentences_and_model, ct2_models):
+def test_directory_holds_vocabulary_and_sentencepiece_model(
+    trained_run, sentences_and_model, ct2_models
+):
     _, _, tokenizer, config = sentences_and_model
     for model_dir in ct2_models.values():
         assert (model_dir / "spm.model").read_bytes() == (trained_run / "spm.model").read_bytes()
-        assert json.loads((model_dir / "shared_vocabulary.json").read_text()) == vocabulary(tokenizer)
+        assert json.loads((model_dir / "shared_vocabulary.json").read_text()) == vocabulary(
+            tokenizer
+        )
         ct2_config = json.loads((model_dir / "config.json").read_text())
         assert ct2_config["add_source_eos"] is True
         assert ct2_config["decoder_start_token"] == "<s>"
@@ -155,11 +177,14 @@ def test_variants_score_like_ours(overrides, tmp_path):
     for weight in model.weights:
         weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, 40)]
-    translator = ctranslate2.Translator(str(save_ctranslate2(model, pieces, tmp_path / "model")), device="cpu")
+    translator = ctranslate2.Translator(
+        str(save_ctranslate2(model, pieces, tmp_path / "model")), device="cpu"
+    )
     sources = [rng.integers(4, 40, size=n).tolist() for n in (3, 9, 20)]
     targets = [rng.integers(4, 40, size=n).tolist() for n in (5, 1, 17)]
     results = translator.score_batch(
-        [[pieces[i] for i in source] for source in sources], [[pieces[i] for i in target] for target in targets]
+        [[pieces[i] for i in source] for source in sources],
+        [[pieces[i] for i in target] for target in targets],
     )
     for source, target, result in zip(sources, targets, results):
         encoder_outputs, mask = model.encode(np.array([source + [3]]))
@@ -169,7 +194,9 @@ def test_variants_score_like_ours(overrides, tmp_path):
         np.testing.assert_allclose(result.log_probs, ours, atol=1e-4)
 
 
-def test_averaged_checkpoints_export_scores_like_the_averaged_model(trained_run, sentences_and_model, tmp_path):
+def test_averaged_checkpoints_export_scores_like_the_averaged_model(
+    trained_run, sentences_and_model, tmp_path
+):
     texts, _, tokenizer, config = sentences_and_model
     model, _, _ = load_run(trained_run, average_last=2)
     model_dir = export_ctranslate2(trained_run, tmp_path / "averaged", average_last=2)
@@ -178,11 +205,18 @@ def test_averaged_checkpoints_export_scores_like_the_averaged_model(trained_run,
     token_ids, scores = greedy_search(model, source_ids, max_output_offset=MAX_OUTPUT_OFFSET)
     outputs = _our_outputs(token_ids)
     results = translator.score_batch(
-        [[tokenizer.id_to_piece(i) for i in row if i][:-1] for row in np.asarray(source_ids).tolist()],
-        [[tokenizer.id_to_piece(i) for i in output[:-1]] for output in outputs],  # all end with EOS here
+        [
+            [tokenizer.id_to_piece(i) for i in row if i][:-1]
+            for row in np.asarray(source_ids).tolist()
+        ],
+        [
+            [tokenizer.id_to_piece(i) for i in output[:-1]] for output in outputs
+        ],  # all end with EOS here
     )
     assert all(output[-1] == 3 for output in outputs)
-    np.testing.assert_allclose([sum(result.log_probs) for result in results], np.asarray(scores), atol=1e-4)
+    np.testing.assert_allclose(
+        [sum(result.log_probs) for result in results], np.asarray(scores), atol=1e-4
+    )
 
 
 def test_sinusoid_table_is_interleaved_from_position_zero():

@@ -6,7 +6,20 @@ import pytest
 from keras import ops
 
 from keras_transformer.layers import DecoderBlock, PositionalEncoding, SharedEmbedding
-from tests.layer_test_case import B, D, F, H, S, T, V, cases_for, padding, random_floats, random_ids, run_case
+from tests.layer_test_case import (
+    B,
+    D,
+    F,
+    H,
+    S,
+    T,
+    V,
+    cases_for,
+    padding,
+    random_floats,
+    random_ids,
+    run_case,
+)
 
 ATOL = 1e-5
 SOURCE_LENGTHS = [S, 4]
@@ -44,18 +57,35 @@ def test_implicit_masks_equal_explicit_masks(normalize_first):
     # Implicit: both sequences carry the masks of SharedEmbedding(mask_zero=True).
     source_input = keras.Input(shape=(None,), dtype="int32")
     target_input = keras.Input(shape=(None,), dtype="int32")
-    outputs = block(embed(embedding, position, target_input), embed(embedding, position, source_input))
+    outputs = block(
+        embed(embedding, position, target_input), embed(embedding, position, source_input)
+    )
     implicit_model = keras.Model([source_input, target_input], outputs)
     # Explicit: plain float inputs (no Keras masks attached) and padding-mask inputs.
     target_hidden, source_hidden = keras.Input(shape=(None, D)), keras.Input(shape=(None, D))
-    target_mask, source_mask = keras.Input(shape=(None,), dtype="bool"), keras.Input(shape=(None,), dtype="bool")
-    outputs = block(target_hidden, source_hidden, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask)
+    target_mask, source_mask = (
+        keras.Input(shape=(None,), dtype="bool"),
+        keras.Input(shape=(None,), dtype="bool"),
+    )
+    outputs = block(
+        target_hidden,
+        source_hidden,
+        decoder_padding_mask=target_mask,
+        encoder_padding_mask=source_mask,
+    )
     explicit_model = keras.Model([target_hidden, source_hidden, target_mask, source_mask], outputs)
 
-    target, source = as_numpy(embed(embedding, position, target_ids)), as_numpy(embed(embedding, position, source_ids))
+    target, source = (
+        as_numpy(embed(embedding, position, target_ids)),
+        as_numpy(embed(embedding, position, source_ids)),
+    )
     explicit = as_numpy(explicit_model([target, source, target_ids != 0, source_ids != 0]))
-    np.testing.assert_allclose(as_numpy(implicit_model([source_ids, target_ids])), explicit, rtol=0, atol=ATOL)
-    np.testing.assert_allclose(implicit_model.predict([source_ids, target_ids], verbose=0), explicit, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(implicit_model([source_ids, target_ids])), explicit, rtol=0, atol=ATOL
+    )
+    np.testing.assert_allclose(
+        implicit_model.predict([source_ids, target_ids], verbose=0), explicit, rtol=0, atol=ATOL
+    )
     eager = block(embed(embedding, position, target_ids), embed(embedding, position, source_ids))
     np.testing.assert_allclose(as_numpy(eager), explicit, rtol=0, atol=ATOL)
     # The source mask matters: without it the second row attends to the source pads.
@@ -71,11 +101,18 @@ def test_source_padding_does_not_change_outputs(normalize_first):
     outputs = as_numpy(block(target, source, encoder_padding_mask=source_mask))
     # Other values at the padded source positions.
     noisy = np.where(source_mask[:, :, None], source, random_floats(rng, B, S, D) * 10)
-    np.testing.assert_allclose(as_numpy(block(target, noisy, encoder_padding_mask=source_mask)), outputs, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(block(target, noisy, encoder_padding_mask=source_mask)), outputs, rtol=0, atol=ATOL
+    )
     # More padding appended.
     longer = np.concatenate([source, random_floats(rng, B, 3, D)], axis=1)
     longer_mask = np.concatenate([source_mask, np.zeros((B, 3), bool)], axis=1)
-    np.testing.assert_allclose(as_numpy(block(target, longer, encoder_padding_mask=longer_mask)), outputs, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(block(target, longer, encoder_padding_mask=longer_mask)),
+        outputs,
+        rtol=0,
+        atol=ATOL,
+    )
 
 
 @pytest.mark.parametrize("normalize_first", [False, True])
@@ -87,7 +124,9 @@ def test_step_t_does_not_see_later_targets(normalize_first):
         changed = target.copy()
         changed[:, step + 1 :] = random_floats(rng, B, T - step - 1, D)
         changed_outputs = as_numpy(block(changed, source))
-        np.testing.assert_allclose(changed_outputs[:, : step + 1], outputs[:, : step + 1], rtol=0, atol=ATOL)
+        np.testing.assert_allclose(
+            changed_outputs[:, : step + 1], outputs[:, : step + 1], rtol=0, atol=ATOL
+        )
         assert np.abs(changed_outputs[:, step + 1 :] - outputs[:, step + 1 :]).max() > 1e-3
     # Without the causal mask, step 0 does see the future.
     free = as_numpy(block(target, source, use_causal_mask=False))
@@ -106,7 +145,12 @@ def test_cached_decoding_equals_full_pass(normalize_first):
     assert tuple(cache["cross"]["value"].shape) == (B, H, S, D // H)
     steps = []
     for index in range(T):
-        result = block(target[:, index : index + 1], encoder_padding_mask=source_mask, cache=cache, cache_index=index)
+        result = block(
+            target[:, index : index + 1],
+            encoder_padding_mask=source_mask,
+            cache=cache,
+            cache_index=index,
+        )
         assert isinstance(result, tuple) and len(result) == 2
         outputs, cache = result
         assert set(cache) == {"self", "cross"} and set(cache["self"]) == {"key", "value"}
@@ -128,19 +172,32 @@ def test_block_is_the_papers_residual_wiring(normalize_first):
     source_mask = padding(SOURCE_LENGTHS, S)
     outputs = as_numpy(block(target, source, encoder_padding_mask=source_mask))
     sublayers = [
-        (lambda x: block.self_attention(x, x, use_causal_mask=True), block.self_attention_layer_norm),
-        (lambda x: block.cross_attention(x, source, key_mask=source_mask), block.cross_attention_layer_norm),
+        (
+            lambda x: block.self_attention(x, x, use_causal_mask=True),
+            block.self_attention_layer_norm,
+        ),
+        (
+            lambda x: block.cross_attention(x, source, key_mask=source_mask),
+            block.cross_attention_layer_norm,
+        ),
         (block.feed_forward, block.feed_forward_layer_norm),
     ]
     hidden = target
     for sublayer, norm in sublayers:
-        hidden = hidden + sublayer(norm(hidden)) if normalize_first else norm(hidden + sublayer(hidden))
+        hidden = (
+            hidden + sublayer(norm(hidden)) if normalize_first else norm(hidden + sublayer(hidden))
+        )
     np.testing.assert_allclose(outputs, as_numpy(hidden), rtol=0, atol=ATOL)
 
 
 def test_attention_scores_are_causal_and_skip_source_padding():
     block, target, source = block_and_inputs(seed=7)
-    outputs, scores = block(target, source, encoder_padding_mask=padding(SOURCE_LENGTHS, S), return_attention_scores=True)
+    outputs, scores = block(
+        target,
+        source,
+        encoder_padding_mask=padding(SOURCE_LENGTHS, S),
+        return_attention_scores=True,
+    )
     assert tuple(outputs.shape) == (B, T, D)
     self_scores, cross_scores = as_numpy(scores["self"]), as_numpy(scores["cross"])
     assert self_scores.shape == (B, H, T, T) and cross_scores.shape == (B, H, T, S)
@@ -179,8 +236,13 @@ def test_training_false_disables_dropout():
     without_dropout, _, _ = block_and_inputs(dropout=0.0)
     without_dropout(target, source)
     without_dropout.set_weights(block.get_weights())
-    np.testing.assert_allclose(as_numpy(without_dropout(target, source)), inference, rtol=0, atol=1e-6)
-    first, second = as_numpy(block(target, source, training=True)), as_numpy(block(target, source, training=True))
+    np.testing.assert_allclose(
+        as_numpy(without_dropout(target, source)), inference, rtol=0, atol=1e-6
+    )
+    first, second = (
+        as_numpy(block(target, source, training=True)),
+        as_numpy(block(target, source, training=True)),
+    )
     assert np.abs(first - inference).max() > 1e-3
     assert np.abs(first - second).max() > 1e-3
 
@@ -199,4 +261,6 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="activation_dropout=1.0"):
         DecoderBlock(num_heads=2, intermediate_dim=8, activation_dropout=1.0)
     with pytest.raises(ValueError, match="num_heads=7.*512"):
-        DecoderBlock(num_heads=7, intermediate_dim=8)(np.zeros((1, 2, 512), "float32"), np.zeros((1, 3, 512), "float32"))
+        DecoderBlock(num_heads=7, intermediate_dim=8)(
+            np.zeros((1, 2, 512), "float32"), np.zeros((1, 3, 512), "float32")
+        )

@@ -91,7 +91,13 @@ def copy_model():
         keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
         jit_compile=False,
     )
-    model.fit({"source_ids": source, "target_ids": target_in}, target_out, batch_size=64, epochs=1, verbose=0)
+    model.fit(
+        {"source_ids": source, "target_ids": target_in},
+        target_out,
+        batch_size=64,
+        epochs=1,
+        verbose=0,
+    )
     return model
 
 
@@ -99,13 +105,19 @@ def teacher_forced_log_prob(model, tokens, source):
     """log P(tokens | source) from one full decoder pass (PAD/BOS are never emitted)."""
     encoder_outputs, mask = model.encode(source[None])
     target_in = np.array([[BOS_ID] + tokens[:-1]], np.int32)
-    log_probs = tf.nn.log_softmax(model.decode(target_in, encoder_outputs, mask), axis=-1)[0].numpy()
+    log_probs = tf.nn.log_softmax(model.decode(target_in, encoder_outputs, mask), axis=-1)[
+        0
+    ].numpy()
     return float(sum(log_probs[position, token] for position, token in enumerate(tokens)))
 
 
 def tokens_of(row):
     row = list(np.asarray(row))
-    return row[: row.index(EOS_ID) + 1] if EOS_ID in row else [token for token in row if token != PAD_ID]
+    return (
+        row[: row.index(EOS_ID) + 1]
+        if EOS_ID in row
+        else [token for token in row if token != PAD_ID]
+    )
 
 
 def test_copy_model_ends_sentences(copy_model):
@@ -126,7 +138,9 @@ def test_cached_greedy_equals_recompute(model_name, request):
 
 def test_cached_beam_equals_recompute(copy_model):
     cached = beam_search(copy_model, SOURCES, beam_size=4, num_return=4, max_output_offset=6)
-    recomputed = recompute_beam_search(copy_model, SOURCES, beam_size=4, num_return=4, max_output_offset=6)
+    recomputed = recompute_beam_search(
+        copy_model, SOURCES, beam_size=4, num_return=4, max_output_offset=6
+    )
     np.testing.assert_array_equal(cached[0], recomputed[0])
     np.testing.assert_allclose(cached[1], recomputed[1], rtol=1e-4, atol=1e-5)
 
@@ -135,7 +149,9 @@ def test_cached_beam_equals_recompute(copy_model):
 def test_beam_size_one_equals_greedy(model_name, request):
     model = request.getfixturevalue(model_name)
     greedy_ids, greedy_scores = greedy_search(model, SOURCES, max_output_offset=8)
-    beam_ids, beam_scores = beam_search(model, SOURCES, beam_size=1, length_penalty=0.0, max_output_offset=8)
+    beam_ids, beam_scores = beam_search(
+        model, SOURCES, beam_size=1, length_penalty=0.0, max_output_offset=8
+    )
     np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
     np.testing.assert_allclose(beam_scores[:, 0], greedy_scores, rtol=1e-6)
 
@@ -177,7 +193,9 @@ def test_length_limits_per_sentence(random_model):
         tokens = tokens_of(row)
         assert len(tokens) <= limit
         assert np.all(row[limit:] == PAD_ID)
-    beam_ids, _ = beam_search(random_model, SOURCES, max_output_offset=3, max_length=9, num_return=2)
+    beam_ids, _ = beam_search(
+        random_model, SOURCES, max_output_offset=3, max_length=9, num_return=2
+    )
     assert beam_ids.shape == (4, 2, 9)
     for rows, limit in zip(beam_ids.numpy(), limits):
         assert np.all(rows[:, limit:] == PAD_ID)
@@ -191,7 +209,9 @@ def test_mixed_length_batch_equals_one_at_a_time(method, model_name, request):
     def search(source):
         if method == "greedy":
             return greedy_search(model, source, max_output_offset=6)
-        token_ids, scores = beam_search(model, source, beam_size=3, num_return=2, max_output_offset=6)
+        token_ids, scores = beam_search(
+            model, source, beam_size=3, num_return=2, max_output_offset=6
+        )
         return token_ids, scores
 
     batch_ids, batch_scores = search(SOURCES)
@@ -207,7 +227,9 @@ def test_mixed_length_batch_equals_one_at_a_time(method, model_name, request):
 def test_top_k_one_sampling_equals_greedy(random_model):
     greedy_ids, greedy_scores = greedy_search(random_model, SOURCES, max_output_offset=6)
     for seed in (0, 1):
-        sampled_ids, sampled_scores = sample(random_model, SOURCES, top_k=1, seed=seed, max_output_offset=6)
+        sampled_ids, sampled_scores = sample(
+            random_model, SOURCES, top_k=1, seed=seed, max_output_offset=6
+        )
         np.testing.assert_array_equal(sampled_ids, greedy_ids)
         np.testing.assert_allclose(sampled_scores, greedy_scores, rtol=1e-6)
 
@@ -215,7 +237,9 @@ def test_top_k_one_sampling_equals_greedy(random_model):
 def test_sampling_is_reproducible_by_seed(random_model):
     eager = sample(random_model, SOURCES, seed=7, max_output_offset=6)
     # in graph mode the seed can be a tensor input: one trace for every seed
-    search = tf.function(lambda source, seed: sample(random_model, source, seed=seed, max_output_offset=6))
+    search = tf.function(
+        lambda source, seed: sample(random_model, source, seed=seed, max_output_offset=6)
+    )
     first = search(SOURCES, tf.constant(7))
     again = search(SOURCES, tf.constant(7))
     other = search(SOURCES, tf.constant(8))
@@ -255,7 +279,9 @@ def test_sampling_filters(random_model):
 )
 def test_xla_matches_graph_and_eager(copy_model, method, options):
     options = dict(options, max_length=12, max_output_offset=4)
-    eager = {"greedy": greedy_search, "beam": beam_search, "sample": sample}[method](copy_model, SOURCES, **options)
+    eager = {"greedy": greedy_search, "beam": beam_search, "sample": sample}[method](
+        copy_model, SOURCES, **options
+    )
     graph = make_search_fn(copy_model, method, **options)(SOURCES)
     xla = make_search_fn(copy_model, method, jit_compile=True, **options)(SOURCES)
     for outputs in (graph, xla):
@@ -274,8 +300,10 @@ def test_cached_step_grows_its_cache_outside_xla_only(random_model):
         @tf.function(jit_compile=jit_compile)
         def lengths(source_ids):
             state = step.initialize(source_ids, 12, num_copies=2)
-            state = step.reorder(step.step(state, tf.ones([2 * len(SOURCES), 13], tf.int32), tf.constant(0))[1],
-                                 tf.range(2 * len(SOURCES)))
+            state = step.reorder(
+                step.step(state, tf.ones([2 * len(SOURCES), 13], tf.int32), tf.constant(0))[1],
+                tf.range(2 * len(SOURCES)),
+            )
             return {name: tf.shape(tensor)[2] for name, tensor in state["cache"][0]["self"].items()}
 
         return {name: int(length) for name, length in lengths(SOURCES).items()}
@@ -286,7 +314,9 @@ def test_cached_step_grows_its_cache_outside_xla_only(random_model):
 
 def test_xla_recompute_baseline(copy_model):
     cached = make_search_fn(copy_model, "greedy", jit_compile=True, max_length=12)(SOURCES)
-    recomputed = make_search_fn(copy_model, "greedy", use_cache=False, jit_compile=True, max_length=12)(SOURCES)
+    recomputed = make_search_fn(
+        copy_model, "greedy", use_cache=False, jit_compile=True, max_length=12
+    )(SOURCES)
     np.testing.assert_array_equal(cached["token_ids"], recomputed["token_ids"])
 
 

@@ -54,16 +54,22 @@ class TrigramTableModel:
         batch_size = tf.shape(encoder_outputs)[0]
         history = tf.zeros([batch_size, 1, max_length, 1], tf.float32)
         memory = encoder_outputs[:, None]
-        return ({"self": {"key": history, "value": history}, "cross": {"key": memory, "value": memory}},)
+        return (
+            {"self": {"key": history, "value": history}, "cross": {"key": memory, "value": memory}},
+        )
 
     def decode_step(self, token_ids, cache, cache_index, source_padding_mask):
         token_ids = tf.convert_to_tensor(token_ids, tf.int32)  # (B, 1)
         history = cache[0]["self"]["key"]  # (B, 1, L, 1)
         history = tf.tensor_scatter_nd_update(
-            tf.transpose(history, [2, 0, 1, 3]), [[cache_index]], tf.cast(token_ids, tf.float32)[None, :, :, None]
+            tf.transpose(history, [2, 0, 1, 3]),
+            [[cache_index]],
+            tf.cast(token_ids, tf.float32)[None, :, :, None],
         )
         history = tf.transpose(history, [1, 2, 0, 3])
-        previous = tf.cast(tf.gather(history[:, 0, :, 0], tf.maximum(cache_index - 1, 0), axis=1), tf.int32)  # (B,)
+        previous = tf.cast(
+            tf.gather(history[:, 0, :, 0], tf.maximum(cache_index - 1, 0), axis=1), tf.int32
+        )  # (B,)
         previous = tf.where(cache_index > 0, previous, PAD_ID)
         logits = tf.gather_nd(self.table, tf.stack([previous, token_ids[:, 0]], axis=-1))  # (B, V)
         new_cache = ({"self": {"key": history, "value": history}, "cross": cache[0]["cross"]},)
@@ -153,8 +159,12 @@ def test_beam_finds_the_exhaustive_best_where_greedy_does_not():
         greedy_ids, greedy_scores = greedy_search(model, source, max_output_offset=4)
         greedy_tokens = unpad(greedy_ids[0].numpy())
         assert greedy_tokens == [A] * limit  # never sees a likely EOS; cut at the limit
-        np.testing.assert_allclose(greedy_scores[0], sequence_log_prob(GREEDY_TRAP, greedy_tokens), rtol=1e-5)
-        beam_ids, beam_scores = beam_search(model, source, beam_size=2, length_penalty=alpha, max_output_offset=4)
+        np.testing.assert_allclose(
+            greedy_scores[0], sequence_log_prob(GREEDY_TRAP, greedy_tokens), rtol=1e-5
+        )
+        beam_ids, beam_scores = beam_search(
+            model, source, beam_size=2, length_penalty=alpha, max_output_offset=4
+        )
         assert unpad(beam_ids[0, 0].numpy()) == best_tokens
         np.testing.assert_allclose(beam_scores[0, 0], best_score, rtol=1e-5)
 
@@ -168,7 +178,12 @@ def test_large_beam_returns_the_exhaustive_n_best(seed, alpha):
     expected = exhaustive(table, limit, alpha)[:5]
     # 4 tokens per step from at most 3^5 alive prefixes: 1024 beams keep every candidate.
     token_ids, scores = beam_search(
-        model, [[A, EOS_ID]], beam_size=1024, length_penalty=alpha, max_output_offset=4, num_return=5
+        model,
+        [[A, EOS_ID]],
+        beam_size=1024,
+        length_penalty=alpha,
+        max_output_offset=4,
+        num_return=5,
     )
     assert [unpad(row) for row in token_ids[0].numpy()] == [tokens for _, tokens in expected]
     np.testing.assert_allclose(scores[0].numpy(), [score for score, _ in expected], rtol=1e-5)
@@ -202,14 +217,23 @@ def test_length_penalty_changes_the_ranking_as_the_formula_says():
     model = TrigramTableModel(table)
     short, long = [EOS_ID], [A, EOS_ID]
     log_p_short, log_p_long = math.log(0.5), math.log(0.5 * 0.9)
-    for alpha, expected_order in ((0.0, [short, long]), (0.6, [short, long]), (1.0, [long, short]), (2.0, [long, short])):
+    for alpha, expected_order in (
+        (0.0, [short, long]),
+        (0.6, [short, long]),
+        (1.0, [long, short]),
+        (2.0, [long, short]),
+    ):
         expected_scores = {
             tuple(short): log_p_short / ((5 + 1) / 6) ** alpha,  # lp(1) = 1
             tuple(long): log_p_long / ((5 + 2) / 6) ** alpha,
         }
-        token_ids, scores = beam_search(model, [[A, EOS_ID]], beam_size=4, length_penalty=alpha, num_return=2)
+        token_ids, scores = beam_search(
+            model, [[A, EOS_ID]], beam_size=4, length_penalty=alpha, num_return=2
+        )
         assert [unpad(row) for row in token_ids[0].numpy()] == expected_order, alpha
-        np.testing.assert_allclose(scores[0].numpy(), [expected_scores[tuple(t)] for t in expected_order], rtol=1e-6)
+        np.testing.assert_allclose(
+            scores[0].numpy(), [expected_scores[tuple(t)] for t in expected_order], rtol=1e-6
+        )
 
 
 def test_beam_size_one_without_length_penalty_is_greedy():
@@ -217,7 +241,9 @@ def test_beam_size_one_without_length_penalty_is_greedy():
         model = TrigramTableModel(random_table(seed))
         source = [[A, B, EOS_ID, 0], [C, EOS_ID, 0, 0]]
         greedy_ids, greedy_scores = greedy_search(model, source, max_output_offset=6)
-        beam_ids, beam_scores = beam_search(model, source, beam_size=1, length_penalty=0.0, max_output_offset=6)
+        beam_ids, beam_scores = beam_search(
+            model, source, beam_size=1, length_penalty=0.0, max_output_offset=6
+        )
         np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
         np.testing.assert_allclose(beam_scores[:, 0], greedy_scores, rtol=1e-6)
 
@@ -227,7 +253,9 @@ def test_cached_beam_follows_its_parents_like_recompute(seed):
     model = TrigramTableModel(random_table(seed))
     source = [[A, B, C, EOS_ID], [A, EOS_ID, 0, 0]]
     cached = beam_search(model, source, beam_size=4, num_return=4, max_output_offset=5)
-    recomputed = recompute_beam_search(model, source, beam_size=4, num_return=4, max_output_offset=5)
+    recomputed = recompute_beam_search(
+        model, source, beam_size=4, num_return=4, max_output_offset=5
+    )
     np.testing.assert_array_equal(cached[0], recomputed[0])
     np.testing.assert_allclose(cached[1], recomputed[1], rtol=1e-6)
     cached = greedy_search(model, source, max_output_offset=5)
@@ -249,9 +277,13 @@ class CountingStep(CachedStep):
 
 def test_beam_search_stops_early_when_no_alive_beam_can_win():
     # EOS is very likely at once; every longer output is much worse.
-    table = next_token_table({(None, BOS_ID): {EOS_ID: 0.9, A: 0.1}, (None, A): {A: 0.9, EOS_ID: 0.1}})
+    table = next_token_table(
+        {(None, BOS_ID): {EOS_ID: 0.9, A: 0.1}, (None, A): {A: 0.9, EOS_ID: 0.1}}
+    )
     step = CountingStep(TrigramTableModel(table))
-    token_ids, scores = beam_search(step, [[A, EOS_ID]], beam_size=2, length_penalty=0.6, max_output_offset=50)
+    token_ids, scores = beam_search(
+        step, [[A, EOS_ID]], beam_size=2, length_penalty=0.6, max_output_offset=50
+    )
     assert unpad(token_ids[0, 0].numpy()) == [EOS_ID]
     np.testing.assert_allclose(scores[0, 0], math.log(0.9), rtol=1e-6)
     # After the first step, [EOS] is finished with log(0.9) / lp(1) = -0.105, and the best
@@ -263,7 +295,9 @@ def test_beam_search_stops_early_when_no_alive_beam_can_win():
 def test_hypotheses_cut_at_the_length_limit_are_scored_at_that_length():
     table = next_token_table({(None, BOS_ID): {A: 1.0}, (None, A): {A: 0.99, EOS_ID: 0.01}})
     model = TrigramTableModel(table)
-    token_ids, scores = beam_search(model, [[A, B, EOS_ID], [A, EOS_ID, 0]], beam_size=2, max_output_offset=1, max_length=5)
+    token_ids, scores = beam_search(
+        model, [[A, B, EOS_ID], [A, EOS_ID, 0]], beam_size=2, max_output_offset=1, max_length=5
+    )
     # limits: min(3 + 1, 5) = 4 and min(2 + 1, 5) = 3 tokens; no EOS at the end
     assert unpad(token_ids[0, 0].numpy()) == [A] * 4
     assert unpad(token_ids[1, 0].numpy()) == [A] * 3
@@ -274,8 +308,12 @@ def test_hypotheses_cut_at_the_length_limit_are_scored_at_that_length():
 def test_finished_hypotheses_are_never_extended():
     table = random_table(11)
     model = TrigramTableModel(table)
-    token_ids, scores = beam_search(model, [[A, B, C, EOS_ID]] * 2, beam_size=4, num_return=4, max_output_offset=6)
-    for row, score in zip(token_ids.numpy().reshape(-1, token_ids.shape[-1]), scores.numpy().ravel()):
+    token_ids, scores = beam_search(
+        model, [[A, B, C, EOS_ID]] * 2, beam_size=4, num_return=4, max_output_offset=6
+    )
+    for row, score in zip(
+        token_ids.numpy().reshape(-1, token_ids.shape[-1]), scores.numpy().ravel()
+    ):
         tokens = list(row)
         if EOS_ID in tokens:
             end = tokens.index(EOS_ID) + 1
@@ -301,7 +339,11 @@ def test_an_ensemble_returns_the_exhaustive_n_best_of_its_mean_distribution(seed
     alpha = 0.6
     expected = exhaustive(mean, 6, alpha)[:5]
     token_ids, scores = beam_search(
-        table_ensemble(tables), [[A, EOS_ID]], beam_size=1024, length_penalty=alpha, max_output_offset=4,
+        table_ensemble(tables),
+        [[A, EOS_ID]],
+        beam_size=1024,
+        length_penalty=alpha,
+        max_output_offset=4,
         num_return=5,
     )
     assert [unpad(row) for row in token_ids[0].numpy()] == [tokens for _, tokens in expected]

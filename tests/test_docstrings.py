@@ -34,7 +34,10 @@ SAVED_MODEL_ROOT = "saved_models/numbers"
 # that export reuse it instead of exporting again (each still exports alone).
 EXPORTING_MODULE = "keras_transformer.export"
 MODULES = sorted(
-    (module.name for module in pkgutil.walk_packages(keras_transformer.__path__, prefix="keras_transformer.")),
+    (
+        module.name
+        for module in pkgutil.walk_packages(keras_transformer.__path__, prefix="keras_transformer.")
+    ),
     key=lambda name: name != EXPORTING_MODULE,
 )
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -87,8 +90,11 @@ def _saved_model_root(request, exports, tmp_path_factory):
         from keras_transformer.export import TranslationModule, export_saved_model
 
         root = tmp_path_factory.mktemp("doctest_export") / "saved_models"
-        export_saved_model(TranslationModule.from_run(request.getfixturevalue("trained_run"), beam_size=4), root,
-                           name="numbers")
+        export_saved_model(
+            TranslationModule.from_run(request.getfixturevalue("trained_run"), beam_size=4),
+            root,
+            name="numbers",
+        )
         exports[SAVED_MODEL_ROOT] = root / "numbers"
     return exports[SAVED_MODEL_ROOT]
 
@@ -107,8 +113,10 @@ def _working_directory(module, root, request, exports):
     if SAVED_MODEL_ROOT + "/" in source and "export_saved_model(" not in source:
         link = workdir / SAVED_MODEL_ROOT
         link.parent.mkdir(parents=True)
-        link.symlink_to(_saved_model_root(request, exports, request.getfixturevalue("tmp_path_factory")),
-                        target_is_directory=True)
+        link.symlink_to(
+            _saved_model_root(request, exports, request.getfixturevalue("tmp_path_factory")),
+            target_is_directory=True,
+        )
     return workdir
 
 
@@ -118,12 +126,22 @@ def test_docstring_examples_run(module_name, request, tmp_path, monkeypatch, exp
     workdir = _working_directory(module, tmp_path, request, exports)
     monkeypatch.chdir(workdir)
     result = doctest.testmod(module, optionflags=OPTIONS, verbose=False)
-    assert result.failed == 0, f"{result.failed} of {result.attempted} doctest examples failed in {module_name}"
-    public = [obj for obj in vars(module).values() if obj in PUBLIC_CLASSES and obj.__module__ == module_name]
+    assert result.failed == 0, (
+        f"{result.failed} of {result.attempted} doctest examples failed in {module_name}"
+    )
+    public = [
+        obj
+        for obj in vars(module).values()
+        if obj in PUBLIC_CLASSES and obj.__module__ == module_name
+    ]
     if public:
         assert result.attempted > 0
-    if (workdir / SAVED_MODEL_ROOT / "1").is_dir() and not (workdir / SAVED_MODEL_ROOT).is_symlink():
-        exports.setdefault(SAVED_MODEL_ROOT, workdir / SAVED_MODEL_ROOT)  # the export module's own export
+    if (workdir / SAVED_MODEL_ROOT / "1").is_dir() and not (
+        workdir / SAVED_MODEL_ROOT
+    ).is_symlink():
+        exports.setdefault(
+            SAVED_MODEL_ROOT, workdir / SAVED_MODEL_ROOT
+        )  # the export module's own export
 
 
 def test_no_docstring_example_is_skipped():
@@ -132,14 +150,17 @@ def test_no_docstring_example_is_skipped():
         test.name
         for module_name in MODULES
         for test in _doctests(importlib.import_module(module_name))
-        if "+SKIP" in (test.docstring or "") or any(example.options.get(doctest.SKIP) for example in test.examples)
+        if "+SKIP" in (test.docstring or "")
+        or any(example.options.get(doctest.SKIP) for example in test.examples)
     ]
     assert skipped == [], f"docstrings with skipped examples: {skipped}"
 
 
 def test_architecture_doc_snippets_run():
     """The ```python blocks of docs/architecture.md run in order, in one namespace."""
-    blocks = re.findall(r"```python\n(.*?)```", ARCHITECTURE_DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+    blocks = re.findall(
+        r"```python\n(.*?)```", ARCHITECTURE_DOC.read_text(encoding="utf-8"), flags=re.DOTALL
+    )
     assert len(blocks) >= 5
     namespace = {}
     for block in blocks:

@@ -33,7 +33,9 @@ def test_the_mask_is_the_philox_bits_read_as_16_bit_halves():
     seed = tf.constant([123, 4], tf.int32)
     mask = dropout_mask_16(tf.constant(SHAPE), 0.3, seed).numpy()
     units = int(np.prod(SHAPE))
-    bits = tf.random.stateless_uniform([(units + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
+    bits = tf.random.stateless_uniform(
+        [(units + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
+    )
     halves = bits.numpy().astype("<u4").view("<u2")[:units]  # little-endian: low half first
     np.testing.assert_array_equal(mask, (halves >= drop_threshold(0.3)).reshape(SHAPE))
 
@@ -59,11 +61,15 @@ def test_compiled_masks_equal_eager_ones_and_gradients_follow_the_mask():
 
 
 def test_noise_shape_broadcasts_one_mask_and_bfloat16_keeps_its_dtype():
-    dropped = ReplicaDropout(0.5, noise_shape=(None, 1, 64), seed=3)(np.ones((4, 7, 64), "float32"), training=True)
+    dropped = ReplicaDropout(0.5, noise_shape=(None, 1, 64), seed=3)(
+        np.ones((4, 7, 64), "float32"), training=True
+    )
     dropped = dropped.numpy()
     np.testing.assert_array_equal(dropped, np.broadcast_to(dropped[:, :1], dropped.shape))
     assert 0 < (dropped == 0).mean() < 1
-    half = ReplicaDropout(0.1, seed=3, dtype="mixed_bfloat16")(np.ones(SHAPE, "float32"), training=True)
+    half = ReplicaDropout(0.1, seed=3, dtype="mixed_bfloat16")(
+        np.ones(SHAPE, "float32"), training=True
+    )
     assert half.dtype == tf.bfloat16
     assert abs(float(tf.reduce_mean(tf.cast(half == 0, tf.float32))) - 0.1) < 0.002
 
@@ -88,7 +94,9 @@ def z_of_dispersion(masks, p_keep):
     binomial spread of independent draws (a unit kept every step, or never, shows here)."""
     counts = masks.reshape(masks.shape[0], -1).sum(axis=0)
     steps = masks.shape[0]
-    statistic = ((counts - steps * p_keep) ** 2).sum() / (steps * p_keep * (1 - p_keep))  # chi2, N dof
+    statistic = ((counts - steps * p_keep) ** 2).sum() / (
+        steps * p_keep * (1 - p_keep)
+    )  # chi2, N dof
     return (statistic - counts.size) / np.sqrt(2 * counts.size)
 
 
@@ -100,8 +108,13 @@ def correlation(first, second):
 @pytest.fixture(scope="module")
 def whole_run():
     """`{rate: (ours, keras')}`: the masks of a run of ReplicaDropout and of keras.layers.Dropout."""
-    return {rate: (run_masks(ReplicaDropout(rate, seed=11)), run_masks(keras.layers.Dropout(rate, seed=11)))
-            for rate in (0.1, 0.3)}
+    return {
+        rate: (
+            run_masks(ReplicaDropout(rate, seed=11)),
+            run_masks(keras.layers.Dropout(rate, seed=11)),
+        )
+        for rate in (0.1, 0.3)
+    }
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3])
@@ -109,7 +122,9 @@ def test_over_a_run_the_kept_fraction_matches_the_threshold_and_keras(whole_run,
     ours, theirs = whole_run[rate]
     p = keep_probability(rate)
     units = ours.size
-    assert abs(p - (1 - rate)) <= 0.5 / 65536  # the threshold rounds the rate to the nearest 1/65536
+    assert (
+        abs(p - (1 - rate)) <= 0.5 / 65536
+    )  # the threshold rounds the rate to the nearest 1/65536
     assert abs(ours.mean() - (1 - rate)) < 5 * np.sqrt(p * (1 - p) / units) + 0.5 / 65536
     # Two-sample: our kept fraction against Keras' masks drawn over as many units.
     assert abs(ours.mean() - theirs.mean()) < 5 * np.sqrt(2 * p * (1 - p) / units)

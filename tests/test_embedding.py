@@ -42,10 +42,14 @@ def test_reverse_uses_the_same_matrix():
     logits = layer(hidden, reverse=True)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert tuple(logits.shape) == (2, 4, 30)
-    np.testing.assert_allclose(as_numpy(logits), hidden @ as_numpy(layer.embeddings).T, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        as_numpy(logits), hidden @ as_numpy(layer.embeddings).T, rtol=0, atol=1e-5
+    )
     # One matrix: changing it changes both directions.
     layer.embeddings.assign(as_numpy(layer.embeddings) * 2.0)
-    np.testing.assert_allclose(as_numpy(layer(hidden, reverse=True)), 2.0 * as_numpy(logits), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(
+        as_numpy(layer(hidden, reverse=True)), 2.0 * as_numpy(logits), rtol=0, atol=2e-5
+    )
     assert len(layer.weights) == 1
 
 
@@ -73,7 +77,14 @@ def test_default_initializer_gives_unit_variance_scaled_embeddings():
     assert abs(float(np.std(scaled)) - 1.0) < 0.05
 
 
-TINY = dict(vocabulary_size=31, num_encoder_layers=1, num_decoder_layers=1, hidden_dim=16, intermediate_dim=32, num_heads=2)
+TINY = dict(
+    vocabulary_size=31,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=16,
+    intermediate_dim=32,
+    num_heads=2,
+)
 
 
 def matrices(model):
@@ -109,8 +120,13 @@ def test_tied_logits_are_decoder_states_times_embedding_transpose():
     np.testing.assert_allclose((table @ hidden).T, logits[0], rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("kwargs, message", [(dict(vocabulary_size=0, embedding_dim=4), "vocabulary_size=0"),
-                                             (dict(vocabulary_size=5, embedding_dim=-3), "embedding_dim=-3")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(vocabulary_size=0, embedding_dim=4), "vocabulary_size=0"),
+        (dict(vocabulary_size=5, embedding_dim=-3), "embedding_dim=-3"),
+    ],
+)
 def test_bad_sizes_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SharedEmbedding(**kwargs)

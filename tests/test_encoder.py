@@ -6,7 +6,19 @@ import pytest
 from keras import ops
 
 from keras_transformer.layers import EncoderBlock, PositionalEncoding, SharedEmbedding
-from tests.layer_test_case import B, D, F, H, S, V, cases_for, padding, random_floats, random_ids, run_case
+from tests.layer_test_case import (
+    B,
+    D,
+    F,
+    H,
+    S,
+    V,
+    cases_for,
+    padding,
+    random_floats,
+    random_ids,
+    run_case,
+)
 
 ATOL = 1e-5
 LENGTHS = [S, 3]  # the second source row is padded after 3 tokens
@@ -39,7 +51,9 @@ def test_implicit_mask_equals_explicit_mask(normalize_first):
     # Explicit: plain float inputs (no Keras mask attached) and a padding-mask input.
     hidden_input = keras.Input(shape=(None, D))
     mask_input = keras.Input(shape=(None,), dtype="bool")
-    explicit_model = keras.Model([hidden_input, mask_input], block(hidden_input, padding_mask=mask_input))
+    explicit_model = keras.Model(
+        [hidden_input, mask_input], block(hidden_input, padding_mask=mask_input)
+    )
 
     hidden = as_numpy(embed(embedding, position, ids))
     explicit = as_numpy(explicit_model([hidden, ids != 0]))
@@ -120,7 +134,9 @@ def test_symbolic_scores_equal_eager_scores():
 
 def test_training_false_disables_dropout():
     inputs = random_floats(np.random.default_rng(4), B, S, D)
-    block = EncoderBlock(num_heads=H, intermediate_dim=F, dropout=0.5, attention_dropout=0.5, activation_dropout=0.5)
+    block = EncoderBlock(
+        num_heads=H, intermediate_dim=F, dropout=0.5, attention_dropout=0.5, activation_dropout=0.5
+    )
     inference = as_numpy(block(inputs, training=False))
     np.testing.assert_array_equal(as_numpy(block(inputs, training=False)), inference)
     without_dropout = EncoderBlock(num_heads=H, intermediate_dim=F, dropout=0.0)

@@ -26,8 +26,15 @@ from tests.scripts import script_environment
 from tests.test_faults import free_ports
 
 HARNESS = str(Path(__file__).resolve().parent / "equivalence_harness.py")
-SINGLE_PROCESS_PATHS = ("reference", "loop_default", "loop_mirrored", "loop_accumulate", "fit_default", "fit_mirrored",
-                        "loop_mirrored_skip")
+SINGLE_PROCESS_PATHS = (
+    "reference",
+    "loop_default",
+    "loop_mirrored",
+    "loop_accumulate",
+    "fit_default",
+    "fit_mirrored",
+    "loop_mirrored_skip",
+)
 CLUSTER_PATHS = ("loop_multi_worker", "loop_multi_worker_skip")
 PATHS = SINGLE_PROCESS_PATHS[1:] + CLUSTER_PATHS
 OPTIMIZERS = ("sgd", "adam")
@@ -40,7 +47,10 @@ WEIGHT_ATOL = {"sgd": 1e-6, "adam": 5e-5}
 
 def _run(args, env=None):
     return subprocess.Popen(
-        [sys.executable, HARNESS, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, HARNESS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=script_environment(**(env or {})),
     )
 
@@ -49,8 +59,14 @@ def _run_cluster(out_dir, *paths):
     """Two local workers of a `MultiWorkerMirroredStrategy` cluster running `paths`: their outputs."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     workers = [
-        _run([str(out_dir), *paths],
-             {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})})
+        _run(
+            [str(out_dir), *paths],
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": index}}
+                )
+            },
+        )
         for index in range(2)
     ]
     return [(worker.communicate(timeout=900)[0], worker.returncode) for worker in workers]
@@ -80,11 +96,16 @@ WINDOWED_PATHS = ("loop_mirrored", "fit_mirrored")
 def windowed_records(tmp_path_factory):
     """`{(path, optimizer): npz}` of a model with self-attention windows of 2 positions (sentences of 8-9)."""
     out_dir = tmp_path_factory.mktemp("equivalence_windowed")
-    process = _run([str(out_dir), "reference", *WINDOWED_PATHS], {"EQUIVALENCE_ATTENTION_WINDOW": "2"})
+    process = _run(
+        [str(out_dir), "reference", *WINDOWED_PATHS], {"EQUIVALENCE_ATTENTION_WINDOW": "2"}
+    )
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-4000:]
-    return {(path, optimizer): np.load(out_dir / f"{path}_{optimizer}.npz")
-            for path in ("reference", *WINDOWED_PATHS) for optimizer in OPTIMIZERS}
+    return {
+        (path, optimizer): np.load(out_dir / f"{path}_{optimizer}.npz")
+        for path in ("reference", *WINDOWED_PATHS)
+        for optimizer in OPTIMIZERS
+    }
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
@@ -95,20 +116,38 @@ def test_path_makes_the_reference_updates(records, path, optimizer):
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("path", WINDOWED_PATHS)
-def test_windowed_attention_under_mirrored_makes_the_reference_updates(windowed_records, records, path, optimizer):
+def test_windowed_attention_under_mirrored_makes_the_reference_updates(
+    windowed_records, records, path, optimizer
+):
     reference = windowed_records["reference", optimizer]
-    assert not np.allclose(reference["losses"], records["reference", optimizer]["losses"], rtol=1e-3)  # a window changes the model
+    assert not np.allclose(
+        reference["losses"], records["reference", optimizer]["losses"], rtol=1e-3
+    )  # a window changes the model
     _check_updates(reference, windowed_records[path, optimizer], path, optimizer)
 
 
 def _check_updates(reference, record, path, optimizer):
     np.testing.assert_array_equal(record["weights"][0], reference["weights"][0])  # the same start
-    np.testing.assert_allclose(record["losses"], reference["losses"], rtol=LOSS_RTOL, err_msg="reported losses")
-    updates, reference_updates = np.diff(record["weights"], axis=0), np.diff(reference["weights"], axis=0)
-    assert np.abs(reference_updates).max(axis=1).min() > 100 * WEIGHT_ATOL[optimizer]  # every step moves
-    np.testing.assert_allclose(updates, reference_updates, rtol=0, atol=WEIGHT_ATOL[optimizer], err_msg="updates")
-    np.testing.assert_allclose(record["weights"][-1], reference["weights"][-1], rtol=0,
-                               atol=WEIGHT_ATOL[optimizer], err_msg="weights after 3 steps")
+    np.testing.assert_allclose(
+        record["losses"], reference["losses"], rtol=LOSS_RTOL, err_msg="reported losses"
+    )
+    updates, reference_updates = (
+        np.diff(record["weights"], axis=0),
+        np.diff(reference["weights"], axis=0),
+    )
+    assert (
+        np.abs(reference_updates).max(axis=1).min() > 100 * WEIGHT_ATOL[optimizer]
+    )  # every step moves
+    np.testing.assert_allclose(
+        updates, reference_updates, rtol=0, atol=WEIGHT_ATOL[optimizer], err_msg="updates"
+    )
+    np.testing.assert_allclose(
+        record["weights"][-1],
+        reference["weights"][-1],
+        rtol=0,
+        atol=WEIGHT_ATOL[optimizer],
+        err_msg="weights after 3 steps",
+    )
     if "skipped" in record.files:  # the custom loop counts dropped updates
         assert int(record["skipped"]) == (1 if path.endswith("_skip") else 0)
 
@@ -116,8 +155,11 @@ def _check_updates(reference, record, path, optimizer):
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("path", ["fit_default", "fit_mirrored"])
 def test_fit_evaluate_reports_the_reference_loss(records, path, optimizer):
-    np.testing.assert_allclose(float(records[path, optimizer]["evaluate"]),
-                               float(records["reference", optimizer]["evaluate"]), rtol=LOSS_RTOL)
+    np.testing.assert_allclose(
+        float(records[path, optimizer]["evaluate"]),
+        float(records["reference", optimizer]["evaluate"]),
+        rtol=LOSS_RTOL,
+    )
 
 
 def test_the_halves_hold_different_numbers_of_tokens(records):
@@ -134,4 +176,6 @@ def test_keras_fit_under_multi_worker_fails_as_documented(tmp_path):
     for output, returncode in _run_cluster(tmp_path, "fit_multi_worker"):
         assert returncode == 3, output[-4000:]
         unsupported = json.loads(output.strip().splitlines()[-1])["unsupported"]
-        assert unsupported.startswith("Attempt to convert a value ({'source_ids': PerReplica:{"), unsupported
+        assert unsupported.startswith("Attempt to convert a value ({'source_ids': PerReplica:{"), (
+            unsupported
+        )

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.evaluation.evalb import (
-    SUMMARY_LABELS, EvalbParams, TooManyErrors, evalb, evalb_files, format_report, score_sentence,
+    SUMMARY_LABELS,
+    EvalbParams,
+    TooManyErrors,
+    evalb,
+    evalb_files,
+    format_report,
+    score_sentence,
 )
 
 CASES_DIR = Path(__file__).parent / "evalb_cases"
@@ -36,7 +42,9 @@ def _summary_figures(report):
 def _case(name):
     prm = CASES_DIR / f"{name}.prm"
     warnings = []
-    params = EvalbParams.from_file(prm if prm.exists() else CASES_DIR / "COLLINS.prm", warn=warnings.append)
+    params = EvalbParams.from_file(
+        prm if prm.exists() else CASES_DIR / "COLLINS.prm", warn=warnings.append
+    )
     stderr = (CASES_DIR / f"{name}.err").read_text().splitlines()
     return params, warnings, stderr, int((CASES_DIR / f"{name}.rc").read_text())
 
@@ -55,8 +63,11 @@ def test_reproduces_evalb_on_crafted_cases(name):
     gold, test = CASES_DIR / f"{name}.gld", CASES_DIR / f"{name}.tst"
     # EVALB's complaints about the parameter file, each also ours (with the file and line named)
     complaints = [line for line in stderr if not _SENTENCE_MESSAGE.match(line)]
-    assert [warning.split(": ", 1)[1] for warning in warnings
-            if "C's atoi" not in warning and "DEBUG" not in warning] == complaints
+    assert [
+        warning.split(": ", 1)[1]
+        for warning in warnings
+        if "C's atoi" not in warning and "DEBUG" not in warning
+    ] == complaints
     if exit_status == 0:
         result = evalb_files(gold, test, params)
         report = format_report(result)
@@ -75,8 +86,11 @@ def test_reproduces_evalb_on_crafted_cases(name):
 @pytest.mark.parametrize("name, prm", SHARED_CASES)
 def test_reproduces_evalb_reports(evalb_sample_dir, name, prm):
     expected = (evalb_sample_dir / f"{name}.rsl").read_text()
-    result = evalb_files(evalb_sample_dir / f"{name}.gld", evalb_sample_dir / f"{name}.tst",
-                         EvalbParams.from_file(evalb_sample_dir / prm))
+    result = evalb_files(
+        evalb_sample_dir / f"{name}.gld",
+        evalb_sample_dir / f"{name}.tst",
+        EvalbParams.from_file(evalb_sample_dir / prm),
+    )
     figures = _summary_figures(expected)
     assert len(figures) == 2 * len(SUMMARY_LABELS)
     assert _summary_figures(format_report(result)) == figures
@@ -87,7 +101,9 @@ def test_bug_pair_is_all_errors(evalb_sample_dir):
     """EVALB's `bug/` pair: each side deletes punctuation by its own tags, so all 5 are errors."""
     result = evalb_files(evalb_sample_dir / "bug.gld", evalb_sample_dir / "bug.tst")
     assert (result.all.errors, result.all.valid) == (5, 0)
-    assert [message.split(" : ")[1].split(" (")[0] for message in result.messages] == ["Length unmatch"] * 5
+    assert [message.split(" : ")[1].split(" (")[0] for message in result.messages] == [
+        "Length unmatch"
+    ] * 5
 
 
 def test_collins_prm_is_the_default(evalb_sample_dir):
@@ -118,7 +134,9 @@ def test_punctuation_is_deleted_by_each_sides_own_tags():
 
 
 def test_mismatched_files_and_bad_lines():
-    result = evalb(["(S (A a))", "(S (A a))"], ["(S (A a))"])  # scored over the common line, as EVALB
+    result = evalb(
+        ["(S (A a))", "(S (A a))"], ["(S (A a))"]
+    )  # scored over the common line, as EVALB
     assert result.all.sentences == 1
     assert result.messages == ("2 : Number of lines unmatch (too many lines in gold file)",)
     with pytest.raises(ValueError, match="gold line 1: the line ends inside a bracket"):
@@ -128,16 +146,24 @@ def test_mismatched_files_and_bad_lines():
     with pytest.raises(ValueError, match="gold line 1: a close bracket with no open bracket"):
         evalb(["(S (A a)))"], ["(S (A a))"])
     assert evalb(["(S (A a))"] * 2, ["(S (A b))"] * 2, EvalbParams(max_error=1)).all.errors == 2
-    with pytest.raises(TooManyErrors, match="line 3"):  # EVALB stops at its error message MAX_ERROR + 2
+    with pytest.raises(
+        TooManyErrors, match="line 3"
+    ):  # EVALB stops at its error message MAX_ERROR + 2
         evalb(["(S (A a))"] * 3, ["(S (A b))"] * 3, EvalbParams(max_error=1))
 
 
 def test_prm_reading(tmp_path):
     path = tmp_path / "odd.prm"
-    path.write_text("LABELED 1\nCUTOFF_LEN forty\nDELETE_LABEL X # not a comment\n#DELETE_LABEL Y\nEQ_WORD a b\n")
+    path.write_text(
+        "LABELED 1\nCUTOFF_LEN forty\nDELETE_LABEL X # not a comment\n#DELETE_LABEL Y\nEQ_WORD a b\n"
+    )
     warnings = []
     params = EvalbParams.from_file(path, warn=warnings.append)
-    assert (params.cutoff_len, params.delete_labels, params.eq_words) == (0, ("X # not a comment",), (("a", "b"),))
+    assert (params.cutoff_len, params.delete_labels, params.eq_words) == (
+        0,
+        ("X # not a comment",),
+        (("a", "b"),),
+    )
     assert warnings == [f"{path}, line 2: 'forty' is read as 0 (C's atoi, as EVALB reads it)"]
     path.write_text("LABELED 1\nCUTOFF_LEN\n")
     with pytest.raises(ValueError, match=r"odd.prm, line 2: 'CUTOFF_LEN' has a key and no value"):

@@ -23,7 +23,11 @@ def test_translate_reads_stdin_and_plots_attention(trained_run, tmp_path):
     assert len(outputs) == len(lines) + 1 and outputs[-1] == ""  # one line per input line
     assert outputs[0] and outputs[1] == "" and outputs[2]
     names = sorted(path.name for path in plots.glob("*.png"))
-    per_line = [f"{kind}_layer{layer}.png" for kind in ("cross", "decoder_self", "encoder") for layer in (0, 1)]
+    per_line = [
+        f"{kind}_layer{layer}.png"
+        for kind in ("cross", "decoder_self", "encoder")
+        for layer in (0, 1)
+    ]
     assert names == [f"line{index}_{name}" for index in (0, 2) for name in per_line]
     assert all(matplotlib.image.imread(plots / name).shape[0] > 100 for name in names)
 
@@ -83,13 +87,21 @@ def test_score_checkpoints_writes_bleu_at_checkpoint_times(trained_run, tmp_path
     scalars = read_scalars(run / "logs" / "checkpoints")
     assert scalars["bleu"].steps.tolist() == [60, 120]
     state = tf.train.get_checkpoint_state(str(run / "checkpoints"))
-    assert scalars["bleu"].wall_times.tolist() == pytest.approx(list(state.all_model_checkpoint_timestamps))
+    assert scalars["bleu"].wall_times.tolist() == pytest.approx(
+        list(state.all_model_checkpoint_timestamps)
+    )
     # Each point is that checkpoint's own score.
     for step, bleu, row in zip((60, 120), scalars["bleu"].values, rows):
         expected = evaluate_run(
-            run, split="test", max_sentences=8, method="greedy", checkpoint=str(run / "checkpoints" / f"ckpt-{step}")
+            run,
+            split="test",
+            max_sentences=8,
+            method="greedy",
+            checkpoint=str(run / "checkpoints" / f"ckpt-{step}"),
         ).scores.bleu
-        assert bleu == pytest.approx(expected, abs=1e-4) and float(row[2]) == pytest.approx(expected, abs=0.006)
+        assert bleu == pytest.approx(expected, abs=1e-4) and float(row[2]) == pytest.approx(
+            expected, abs=0.006
+        )
     assert matplotlib.image.imread(plot).shape[:2] == (700, 1700)
 
 
@@ -106,14 +118,23 @@ def test_score_checkpoints_script_averages_and_ensembles_at_each_step(trained_ru
     for early in (other / "checkpoints").glob("ckpt-60.*"):
         shutil.copyfile(early, early.with_name(early.name.replace("ckpt-60", "ckpt-120")))
     stdout = run_script(
-        "score_checkpoints.py", f"--model_dir={run}", f"--ensemble={other}", "--average_last=2",
-        "--split=test", "--max_sentences=8",
+        "score_checkpoints.py",
+        f"--model_dir={run}",
+        f"--ensemble={other}",
+        "--average_last=2",
+        "--split=test",
+        "--max_sentences=8",
     ).stdout
     assert f"greedy search: {run} + {other}, each the average of its last 2 checkpoints" in stdout
     rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["60"], ["120"])]
     assert [row[0] for row in rows] == ["120"]
-    expected = evaluate_run(run, split="test", max_sentences=8, method="greedy", average_last=2,
-                            ensemble=[other]).scores.bleu
-    alone = evaluate_run(run, split="test", max_sentences=8, method="greedy", average_last=2).scores.bleu
+    expected = evaluate_run(
+        run, split="test", max_sentences=8, method="greedy", average_last=2, ensemble=[other]
+    ).scores.bleu
+    alone = evaluate_run(
+        run, split="test", max_sentences=8, method="greedy", average_last=2
+    ).scores.bleu
     assert expected != pytest.approx(alone, abs=1e-4)
-    assert read_scalars(run / "logs" / "checkpoints")["bleu"].values.tolist() == pytest.approx([expected], abs=1e-4)
+    assert read_scalars(run / "logs" / "checkpoints")["bleu"].values.tolist() == pytest.approx(
+        [expected], abs=1e-4
+    )

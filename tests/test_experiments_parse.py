@@ -10,8 +10,17 @@ from keras_transformer.data.trees import parse_tree, sentence_words
 from tests import runtimes
 from tests.scripts import run_script
 
-TINY = dict(num_encoder_layers=1, num_decoder_layers=1, hidden_dim=32, intermediate_dim=64, num_heads=2,
-            vocabulary_size=400, max_length=128, train_steps=2, warmup_steps=1)
+TINY = dict(
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=32,
+    intermediate_dim=64,
+    num_heads=2,
+    vocabulary_size=400,
+    max_length=128,
+    train_steps=2,
+    warmup_steps=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +31,9 @@ def sections(tmp_path_factory, ptb_sample_dir):
     for section, numbers in layout.items():
         (root / section).mkdir()
         for number in numbers:
-            (root / section / f"wsj_{section}{number:02d}.mrg").symlink_to(ptb_sample_dir / f"wsj_{number:04d}.mrg")
+            (root / section / f"wsj_{section}{number:02d}.mrg").symlink_to(
+                ptb_sample_dir / f"wsj_{number:04d}.mrg"
+            )
     return root
 
 
@@ -35,7 +46,9 @@ def ptb_run(tmp_path_factory, sections):
     config = get_preset("ptb_wsj", **TINY)
     assert (config.beam_size, config.length_penalty, config.max_output_offset) == (21, 0.3, 300)
     run_dir = tmp_path_factory.mktemp("ptb_run")
-    options = TrainOptions(batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False)
+    options = TrainOptions(
+        batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False
+    )
     train_translation(config, run_dir, options, DataOptions("ptb", data_dir=str(sections)))
     return run_dir
 
@@ -45,14 +58,25 @@ def test_parse_script(ptb_run, sections, tmp_path):
     parsed with U+FFFD in its place and a warning naming the line, brackets come out -LRB-/-RRB-."""
     sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
     crafted = b"He said ( caf\xe9 )\tok ."
-    (tmp_path / "in.txt").write_bytes("".join(f"{s}\n" for s in sentences).encode() + crafted + b"\n")
-    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
-                        f"--output={tmp_path / 'out.txt'}", "--beam_size=2", "--max_output_offset=10")
+    (tmp_path / "in.txt").write_bytes(
+        "".join(f"{s}\n" for s in sentences).encode() + crafted + b"\n"
+    )
+    result = run_script(
+        "parse.py",
+        f"--model_dir={ptb_run}",
+        f"--input={tmp_path / 'in.txt'}",
+        f"--output={tmp_path / 'out.txt'}",
+        "--beam_size=2",
+        "--max_output_offset=10",
+    )
     trees = [parse_tree(line) for line in (tmp_path / "out.txt").read_text().splitlines()]
     lines = [*sentences, crafted.decode("utf-8", errors="replace")]
     assert [tree.words() for tree in trees] == [sentence_words(line) for line in lines]
     assert trees[-1].words() == ["He", "said", "-LRB-", "caf\ufffd", "-RRB-", "ok", "."]
-    assert f"Warning: {tmp_path / 'in.txt'}, line 4: invalid UTF-8 replaced by U+FFFD" in result.stderr.splitlines()
+    assert (
+        f"Warning: {tmp_path / 'in.txt'}, line 4: invalid UTF-8 replaced by U+FFFD"
+        in result.stderr.splitlines()
+    )
     assert "parsed 4/4 sentences" in result.stderr
 
 
@@ -60,14 +84,20 @@ def test_parse_script_rejects_a_word_the_tokenizer_deletes(ptb_run, tmp_path):
     """A word that was only invalid UTF-8 is U+FFFD, which the tokenizer's normalisation deletes:
     a warning, then one error line naming the line and the word, and no output."""
     (tmp_path / "in.txt").write_bytes(b"Ms. Haag plays .\nIt \xff is .\n")
-    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
-                        f"--output={tmp_path / 'out.txt'}", check=False)
+    result = run_script(
+        "parse.py",
+        f"--model_dir={ptb_run}",
+        f"--input={tmp_path / 'in.txt'}",
+        f"--output={tmp_path / 'out.txt'}",
+        check=False,
+    )
     assert result.returncode == 1
     name = tmp_path / "in.txt"
     assert result.stderr.strip().splitlines()[-2:] == [
         f"Warning: {name}, line 2: invalid UTF-8 replaced by U+FFFD",
         f"error: {name}, line 2: word 2, '\ufffd': the tokenizer's normalisation deletes it "
-        "(the tree must hold the line's words one for one)"]
+        "(the tree must hold the line's words one for one)",
+    ]
     assert not (tmp_path / "out.txt").exists()
 
 
@@ -79,11 +109,24 @@ def test_parse_script_with_an_ensemble(ptb_word_run, sections, tmp_path):
 
     sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:3]
     (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
-    run_script("parse.py", f"--model_dir={ptb_word_run}", f"--ensemble={ptb_word_run}",
-               f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.txt'}", "--beam_size=2",
-               "--max_output_offset=10")
+    run_script(
+        "parse.py",
+        f"--model_dir={ptb_word_run}",
+        f"--ensemble={ptb_word_run}",
+        f"--input={tmp_path / 'in.txt'}",
+        f"--output={tmp_path / 'out.txt'}",
+        "--beam_size=2",
+        "--max_output_offset=10",
+    )
     model, tokenizer, config = load_run(ptb_word_run)
-    parser = Parser(model, tokenizer, "beam", beam_size=2, length_penalty=config.length_penalty, max_output_offset=10)
+    parser = Parser(
+        model,
+        tokenizer,
+        "beam",
+        beam_size=2,
+        length_penalty=config.length_penalty,
+        max_output_offset=10,
+    )
     assert (tmp_path / "out.txt").read_text().splitlines() == parser(sentences)
 
 
@@ -97,29 +140,50 @@ def test_an_ensemble_of_runs_with_different_tokenizers_fails_naming_the_file(ptb
 
 def test_parse_script_rejects_a_blank_line(ptb_run, tmp_path):
     (tmp_path / "in.txt").write_text("Ms. Haag plays .\n\nIt is .\n")
-    result = run_script("parse.py", f"--model_dir={ptb_run}", f"--input={tmp_path / 'in.txt'}",
-                        f"--output={tmp_path / 'out.txt'}", check=False)
+    result = run_script(
+        "parse.py",
+        f"--model_dir={ptb_run}",
+        f"--input={tmp_path / 'in.txt'}",
+        f"--output={tmp_path / 'out.txt'}",
+        check=False,
+    )
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {tmp_path / 'in.txt'}, line 2: a blank line (one tokenized sentence per line)"]
+    assert errors == [
+        f"error: {tmp_path / 'in.txt'}, line 2: a blank line (one tokenized sentence per line)"
+    ]
     assert result.stderr.strip().splitlines()[-1] == errors[0]
     assert not (tmp_path / "out.txt").exists()
 
 
 def test_evaluate_script_reports_evalb_figures(ptb_run, sections, tmp_path):
-    result = run_script("evaluate.py", f"--model_dir={ptb_run}", "--dataset=ptb", f"--data_dir={sections}",
-                        "--split=val", "--max_sentences=3", "--method=greedy", "--max_output_offset=10",
-                        f"--gold_output={tmp_path / 'gold.trees'}")
+    result = run_script(
+        "evaluate.py",
+        f"--model_dir={ptb_run}",
+        "--dataset=ptb",
+        f"--data_dir={sections}",
+        "--split=val",
+        "--max_sentences=3",
+        "--method=greedy",
+        "--max_output_offset=10",
+        f"--gold_output={tmp_path / 'gold.trees'}",
+    )
     gold = [parse_tree(line) for line in (tmp_path / "gold.trees").read_text().splitlines()]
-    assert [" ".join(tree.words()) for tree in gold] == [words for words, _ in load_ptb_pairs(sections, "val")[:3]]
+    assert [" ".join(tree.words()) for tree in gold] == [
+        words for words, _ in load_ptb_pairs(sections, "val")[:3]
+    ]
     assert "ptb/val: 3 sentences parsed" in result.stdout
     for label in ("Bracketing FMeasure       = ", "Tagging accuracy          = ", "-- len<=40 --"):
         assert label in result.stdout
 
 
 def test_evalb_script(evalb_sample_dir):
-    result = run_script("evalb.py", str(evalb_sample_dir / "ptb5.gld"), str(evalb_sample_dir / "ptb5.tst"),
-                        "--sentences")
+    result = run_script(
+        "evalb.py",
+        str(evalb_sample_dir / "ptb5.gld"),
+        str(evalb_sample_dir / "ptb5.tst"),
+        "--sentences",
+    )
     assert result.stdout == (evalb_sample_dir / "ptb5.rsl").read_text()
 
 
@@ -133,7 +197,9 @@ def _parse_with_saved_model(run, sections, tmp_path, extra=(), rejected=()):
     from keras_transformer.export.parser import ParsingModule
     from keras_transformer.runs import load_run
 
-    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4] + list(extra)
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:4] + list(
+        extra
+    )
     settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
     model, tokenizer, _ = load_run(run)
     parser = Parser(model, tokenizer, "beam", **settings)
@@ -142,7 +208,11 @@ def _parse_with_saved_model(run, sections, tmp_path, extra=(), rejected=()):
         with pytest.raises(ValueError, match="^input, line 1: "):
             parser.check([line])
     module = ParsingModule(model, tokenizer, **settings)
-    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.translate.get_concrete_function()})
+    tf.saved_model.save(
+        module,
+        str(tmp_path),
+        signatures={"serving_default": module.translate.get_concrete_function()},
+    )
     loaded = tf.saved_model.load(str(tmp_path))
     outputs = loaded.signatures["serving_default"](text=tf.constant(sentences + list(rejected)))
     return expected, [tree.decode() for tree in outputs["translation"].numpy()]
@@ -160,9 +230,13 @@ def test_exported_parser_returns_the_trees_of_parse(ptb_run, sections, tmp_path)
     assert is_parsing_run(ptb_run)
     kept = ["He said ( yes )\t.", "a\u00a0b \x85 c\u3000d", "caf\ufffd \u2603"]
     rejected = ["a \u200b b", "a\u2581b c", "a \ufffd b"]
-    expected, served = _parse_with_saved_model(ptb_run, sections, tmp_path, extra=kept, rejected=[*rejected, ""])
+    expected, served = _parse_with_saved_model(
+        ptb_run, sections, tmp_path, extra=kept, rejected=[*rejected, ""]
+    )
     assert served == expected + [""] * 4
-    assert [parse_tree(tree).words() for tree in expected[-3:]] == [sentence_words(line) for line in kept]
+    assert [parse_tree(tree).words() for tree in expected[-3:]] == [
+        sentence_words(line) for line in kept
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +246,16 @@ def ptb_word_run(tmp_path_factory, sections):
     from keras_transformer.training import DataOptions, TrainOptions, train_translation
 
     config = get_preset("ptb_sample", **TINY, tokenizer_type="bpe")
-    assert (config.word_positions, config.word_window, config.beam_size, config.length_penalty) == (True, 0, 21, 0.3)
+    assert (config.word_positions, config.word_window, config.beam_size, config.length_penalty) == (
+        True,
+        0,
+        21,
+        0.3,
+    )
     run_dir = tmp_path_factory.mktemp("ptb_word_run")
-    options = TrainOptions(batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False)
+    options = TrainOptions(
+        batch_tokens=1024, checkpoint_every=2, eval_every=0, log_every=1, progress=False
+    )
     train_translation(config, run_dir, options, DataOptions("ptb", data_dir=str(sections)))
     return run_dir
 
@@ -199,7 +280,9 @@ def test_exported_word_position_parser_returns_the_trees_of_parse(ptb_word_run, 
 
 
 @pytest.mark.parametrize("runtime", runtimes.selected_runtimes())
-def test_exported_word_position_parser_parses_in_the_serving_runtime(ptb_word_run, sections, tmp_path, runtime):
+def test_exported_word_position_parser_parses_in_the_serving_runtime(
+    ptb_word_run, sections, tmp_path, runtime
+):
     """The recipe's parser exported as export.py does it (ops checked against this TensorFlow's model
     server before publishing), loaded in a clean environment holding only a released model server's
     TensorFlow and TensorFlow Text: its trees are those of `parse.py`."""
@@ -213,9 +296,16 @@ def test_exported_word_position_parser_parses_in_the_serving_runtime(ptb_word_ru
     settings = dict(beam_size=2, length_penalty=0.3, max_output_offset=10)
     model, tokenizer, _ = load_run(ptb_word_run)
     expected = Parser(model, tokenizer, "beam", **settings)(sentences)
-    result = export_saved_model(ParsingModule(model, tokenizer, **settings), tmp_path, "parser",
-                                warmup_sentences=sentences[:1], verify=False)
+    result = export_saved_model(
+        ParsingModule(model, tokenizer, **settings),
+        tmp_path,
+        "parser",
+        warmup_sentences=sentences[:1],
+        verify=False,
+    )
     assert result.ops.ok, result.ops.summary()
     python, _, _ = runtimes.runtime_python(runtime)
-    outputs = call_signature_in_runtime(python, result.path, "serving_default", runtime=runtime, text=sentences)
+    outputs = call_signature_in_runtime(
+        python, result.path, "serving_default", runtime=runtime, text=sentences
+    )
     assert outputs["translation"] == expected

@@ -116,35 +116,71 @@ def exported(trained_run, tmp_path_factory):
 def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
     stdout, version_dir = exported
     assert f"Exported {version_dir}" in stdout
-    assert "serving_default(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
-    assert "translate(text: string [None]) -> score: float32 [None], translation: string [None]" in stdout
-    assert "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, None]" in stdout
-    assert "score(source: string [None], target: string [None]) -> log_probability: float32 [None]" in stdout
-    assert "translate_nbest(text: string [None]) -> scores: float32 [None, 4], translations: string [None, 4]" in stdout
+    assert (
+        "serving_default(text: string [None]) -> score: float32 [None], translation: string [None]"
+        in stdout
+    )
+    assert (
+        "translate(text: string [None]) -> score: float32 [None], translation: string [None]"
+        in stdout
+    )
+    assert (
+        "translate_ids(source_ids: int32 [None, None]) -> scores: float32 [None], token_ids: int32 [None, None]"
+        in stdout
+    )
+    assert (
+        "score(source: string [None], target: string [None]) -> log_probability: float32 [None]"
+        in stdout
+    )
+    assert (
+        "translate_nbest(text: string [None]) -> scores: float32 [None, 4], translations: string [None, 4]"
+        in stdout
+    )
     sample = load_pairs("builtin", "val")[0][0]  # the run's validation split
     assert f"Sample (loaded export): {sample!r} -> '" in stdout
     # The commands that serve this model and ask it for the sample's translation.
-    docker_run, curl = stdout.split("Serve it with TF Serving, then ask it (docs/serving.md):\n")[1].splitlines()
+    docker_run, curl = stdout.split("Serve it with TF Serving, then ask it (docs/serving.md):\n")[
+        1
+    ].splitlines()
     assert docker_run == (
         f"  docker run --rm -p 8500:8500 -p 8501:8501 --mount type=bind,source={version_dir.parent},"
         f"target=/models/{NAME} -e MODEL_NAME={NAME} tensorflow/serving:2.20.0"
     )
-    assert curl == f"  curl -X POST http://localhost:8501/v1/models/{NAME}:predict -d '{{\"instances\": [\"{sample}\"]}}'"
-    assert "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48" in stdout
+    assert (
+        curl
+        == f'  curl -X POST http://localhost:8501/v1/models/{NAME}:predict -d \'{{"instances": ["{sample}"]}}\''
+    )
+    assert (
+        "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48"
+        in stdout
+    )
 
 
-def test_export_takes_search_settings_from_the_run_unless_a_flag_overrides_them(trained_run, tmp_path):
+def test_export_takes_search_settings_from_the_run_unless_a_flag_overrides_them(
+    trained_run, tmp_path
+):
     run_dir = tmp_path / "run"
     shutil.copytree(trained_run, run_dir)
     config = json.loads((run_dir / "config.json").read_text())
     config["model"].update(beam_size=2, length_penalty=1.0, max_output_offset=20)
     (run_dir / "config.json").write_text(json.dumps(config))
     result = run_script(
-        "export.py", f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'exports'}", "--name=settings",
-        "--max_output_offset=10", "--nocheck_ops", "--warmup_sentences=one",
+        "export.py",
+        f"--model_dir={run_dir}",
+        f"--export_dir={tmp_path / 'exports'}",
+        "--name=settings",
+        "--max_output_offset=10",
+        "--nocheck_ops",
+        "--warmup_sentences=one",
     )
-    assert "Settings: beam_size=2, length_penalty=1.0, max_output_offset=10, max_output_length=58," in result.stdout
-    assert "translate_nbest(text: string [None]) -> scores: float32 [None, 2], translations: string [None, 2]" in result.stdout
+    assert (
+        "Settings: beam_size=2, length_penalty=1.0, max_output_offset=10, max_output_length=58,"
+        in result.stdout
+    )
+    assert (
+        "translate_nbest(text: string [None]) -> scores: float32 [None, 2], translations: string [None, 2]"
+        in result.stdout
+    )
 
 
 def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
@@ -153,23 +189,45 @@ def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
 
     _, version_dir = exported
     model_root = version_dir.parent
-    assert sorted(entry.name for entry in model_root.iterdir()) == ["1", "models.config"]  # no .tmp-* left
-    assert (version_dir / "saved_model.pb").is_file() and (version_dir / "variables" / "variables.index").is_file()
+    assert sorted(entry.name for entry in model_root.iterdir()) == [
+        "1",
+        "models.config",
+    ]  # no .tmp-* left
+    assert (version_dir / "saved_model.pb").is_file() and (
+        version_dir / "variables" / "variables.index"
+    ).is_file()
     # The SentencePiece model is an asset of the SavedModel.
-    assert (version_dir / "assets" / "spm.model").read_bytes() == (Path(trained_run) / "spm.model").read_bytes()
+    assert (version_dir / "assets" / "spm.model").read_bytes() == (
+        Path(trained_run) / "spm.model"
+    ).read_bytes()
     # Warmup: PredictionLog records for every signature, parsed back from the TFRecord file.
     logs = read_warmup_requests(version_dir)
     requests = [log.predict_log.request for log in logs]
     assert [r.model_spec.signature_name for r in requests] == [
-        "serving_default", "serving_default", "translate", "translate_ids", "translate_nbest", "score"
+        "serving_default",
+        "serving_default",
+        "translate",
+        "translate_ids",
+        "translate_nbest",
+        "score",
     ]
     assert all(r.model_spec.name == NAME for r in requests)
-    assert tf.make_ndarray(requests[1].inputs["text"]).tolist() == [b"twenty one", b"", SENTENCES[1].encode()]
+    assert tf.make_ndarray(requests[1].inputs["text"]).tolist() == [
+        b"twenty one",
+        b"",
+        SENTENCES[1].encode(),
+    ]
     assert tf.make_ndarray(requests[3].inputs["source_ids"]).dtype == np.int32
     # An example TF Serving model config beside the versions.
-    config = text_format.Parse((model_root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
+    config = text_format.Parse(
+        (model_root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig()
+    )
     (entry,) = config.model_config_list.config
-    assert (entry.name, entry.base_path, entry.model_platform) == (NAME, f"/models/{NAME}", "tensorflow")
+    assert (entry.name, entry.base_path, entry.model_platform) == (
+        NAME,
+        f"/models/{NAME}",
+        "tensorflow",
+    )
     info = json.loads((version_dir / "assets.extra" / "export_info.json").read_text())
     assert info["settings"]["max_output_length"] == 98 and info["vocabulary_size"] == 128
 
@@ -178,14 +236,27 @@ def test_saved_model_cli_lists_the_signatures(exported):
     _, version_dir = exported
     cli = Path(sys.executable).parent / "saved_model_cli"
     result = subprocess.run(
-        [str(cli), "show", "--all", "--dir", str(version_dir)], capture_output=True, text=True, timeout=600, env=_env()
+        [str(cli), "show", "--all", "--dir", str(version_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("serving_default", "translate", "translate_ids", "translate_nbest", "score"):
         assert f"signature_def['{name}']" in result.stdout
-    for tensor in ("inputs['text']", "inputs['source_ids']", "inputs['source']", "inputs['target']",
-                   "outputs['translation']", "outputs['score']", "outputs['token_ids']", "outputs['scores']",
-                   "outputs['log_probability']", "outputs['translations']"):
+    for tensor in (
+        "inputs['text']",
+        "inputs['source_ids']",
+        "inputs['source']",
+        "inputs['target']",
+        "outputs['translation']",
+        "outputs['score']",
+        "outputs['token_ids']",
+        "outputs['scores']",
+        "outputs['log_probability']",
+        "outputs['translations']",
+    ):
         assert tensor in result.stdout
 
 
@@ -199,8 +270,14 @@ def test_every_op_is_core_tensorflow_or_sentencepiece(exported):
     assert report.ok, report.summary()
     groups = report.by_origin()
     assert set(groups) == {"tensorflow", "tensorflow_text"}
-    assert set(groups["tensorflow_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
-    assert {"While", "TopKV2", "UnicodeTranscode", "EnsureShape", "ScatterNd"} <= set(groups["tensorflow"])
+    assert set(groups["tensorflow_text"]) == {
+        "SentencepieceOp",
+        "SentencepieceTokenizeOp",
+        "SentencepieceDetokenizeOp",
+    }
+    assert {"While", "TopKV2", "UnicodeTranscode", "EnsureShape", "ScatterNd"} <= set(
+        groups["tensorflow"]
+    )
 
 
 def test_every_op_is_registered_in_the_loading_runtime(exported, loader_python):
@@ -209,7 +286,10 @@ def test_every_op_is_registered_in_the_loading_runtime(exported, loader_python):
     report = check_saved_model_ops(version_dir, python=python)
     assert report.ok, report.summary()
     if runtime != "exporting":
-        assert report.runtime.startswith(f"tensorflow {runtime}.") and f"tensorflow-text {runtime}." in report.runtime
+        assert (
+            report.runtime.startswith(f"tensorflow {runtime}.")
+            and f"tensorflow-text {runtime}." in report.runtime
+        )
 
 
 def test_ops_check_flags_python_and_custom_ops(tmp_path):
@@ -226,10 +306,14 @@ def test_ops_check_flags_python_and_custom_ops(tmp_path):
     proto = saved_model_pb2.SavedModel()
     proto.ParseFromString((directory / "saved_model.pb").read_bytes())
     library = proto.meta_graphs[0].graph_def.library
-    function = next(f for f in library.function if any(node.op == "EagerPyFunc" for node in f.node_def))
+    function = next(
+        f for f in library.function if any(node.op == "EagerPyFunc" for node in f.node_def)
+    )
     next(node for node in function.node_def if node.op != "EagerPyFunc").op = "MyCustomOp"
     # And one node of the main graph into an XLA-only op (what `ops.slice_update` emits).
-    next(node for node in proto.meta_graphs[0].graph_def.node if node.op == "Const").op = "XlaDynamicUpdateSlice"
+    next(
+        node for node in proto.meta_graphs[0].graph_def.node if node.op == "Const"
+    ).op = "XlaDynamicUpdateSlice"
     (directory / "saved_model.pb").write_bytes(proto.SerializeToString())
 
     report = check_saved_model_ops(directory)
@@ -239,8 +323,13 @@ def test_ops_check_flags_python_and_custom_ops(tmp_path):
     assert report.origins["XlaDynamicUpdateSlice"] == "xla"
     assert report.origins["Identity"] == "tensorflow"
     assert report.disallowed == ["EagerPyFunc", "MyCustomOp", "XlaDynamicUpdateSlice"]
-    expected = "EagerPyFunc \\(python\\), MyCustomOp \\(unregistered\\), XlaDynamicUpdateSlice \\(xla\\)"
-    with pytest.raises(ValueError, match=f"model server of tensorflow {tf.__version__}, tensorflow-text .*: {expected}"):
+    expected = (
+        "EagerPyFunc \\(python\\), MyCustomOp \\(unregistered\\), XlaDynamicUpdateSlice \\(xla\\)"
+    )
+    with pytest.raises(
+        ValueError,
+        match=f"model server of tensorflow {tf.__version__}, tensorflow-text .*: {expected}",
+    ):
         assert_servable_ops(directory)
 
 
@@ -255,16 +344,29 @@ def windowed_export(run_objects, tmp_path_factory):
     model, tokenizer, config = run_objects
     windowed = Transformer(dataclasses.replace(config, attention_window=3))
     windowed.set_weights(model.get_weights())
-    translator = TranslationModule(windowed, tokenizer, beam_size=4, length_penalty=0.6, max_output_offset=10)
+    translator = TranslationModule(
+        windowed, tokenizer, beam_size=4, length_penalty=0.6, max_output_offset=10
+    )
     searches = []
     with pytest.MonkeyPatch.context() as patch:  # counts the beam searches the export traces
-        patch.setattr(translator_module, "beam_search",
-                      lambda *args, **kwargs: searches.append(kwargs["num_return"]) or beam_search(*args, **kwargs))
-        result = export_saved_model(
-            translator, tmp_path_factory.mktemp("windowed"), "windowed", warmup_sentences=["twenty one"], verify=False
+        patch.setattr(
+            translator_module,
+            "beam_search",
+            lambda *args, **kwargs: (
+                searches.append(kwargs["num_return"]) or beam_search(*args, **kwargs)
+            ),
         )
-    traces = {method: getattr(translator, method).experimental_get_tracing_count()
-              for method in (*SIGNATURES.values(), "_best")}
+        result = export_saved_model(
+            translator,
+            tmp_path_factory.mktemp("windowed"),
+            "windowed",
+            warmup_sentences=["twenty one"],
+            verify=False,
+        )
+    traces = {
+        method: getattr(translator, method).experimental_get_tracing_count()
+        for method in (*SIGNATURES.values(), "_best")
+    }
     return windowed, tokenizer, translator, result, (traces, searches)
 
 
@@ -277,7 +379,9 @@ def test_the_export_traces_each_function_once_and_the_search_once_per_width(wind
     assert sorted(searches) == [1, 4], searches
 
 
-def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(windowed_export, loader_python):
+def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass(
+    windowed_export, loader_python
+):
     """A windowed decoder's ring-buffer cache passes the op allowlist of every loading runtime, and the
     export loaded there (a clean process: TensorFlow and TensorFlow Text only) decodes as the full pass."""
     from keras_transformer.decoding import recompute_beam_search
@@ -285,15 +389,21 @@ def test_a_windowed_model_exports_with_servable_ops_and_decodes_as_the_full_pass
     windowed, tokenizer, translator, result, _ = windowed_export
     python, runtime = loader_python
     # The export checked the ops against this TensorFlow's registry before publishing.
-    report = result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    report = (
+        result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    )
     assert report.ok, report.summary()
     source_ids = encode_source(tokenizer, tf.constant(SENTENCES[:3]), translator.max_source_length)
     full_ids, full_scores = recompute_beam_search(
         windowed, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=10
     )  # the export's buffer: S + offset
-    outputs = call_signature_in_runtime(python, result.path, "translate_ids",
-                                        runtime=None if runtime == "exporting" else runtime,
-                                        source_ids=source_ids.numpy())
+    outputs = call_signature_in_runtime(
+        python,
+        result.path,
+        "translate_ids",
+        runtime=None if runtime == "exporting" else runtime,
+        source_ids=source_ids.numpy(),
+    )
     np.testing.assert_array_equal(outputs["token_ids"], full_ids[:, 0])
     np.testing.assert_allclose(outputs["scores"], full_scores[:, 0], rtol=1e-4, atol=1e-5)
 
@@ -304,7 +414,11 @@ def int8_export(trained_run, tmp_path_factory):
     checked against this TensorFlow's registry before publishing); the clean process of `served` loads it."""
     translator = TranslationModule.from_run(trained_run, quantization="int8", **BEAM)
     result = export_saved_model(
-        translator, tmp_path_factory.mktemp("int8"), "numbers_int8", warmup_sentences=["twenty one"], verify=False
+        translator,
+        tmp_path_factory.mktemp("int8"),
+        "numbers_int8",
+        warmup_sentences=["twenty one"],
+        verify=False,
     )
     return translator, result
 
@@ -315,7 +429,9 @@ def test_an_int8_model_exports_with_servable_ops(int8_export, loader_python):
     translator, result = int8_export
     python, runtime = loader_python
     assert {weight.dtype for weight in translator.model.weights} == {"int8", "float32"}
-    report = result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    report = (
+        result.ops if runtime == "exporting" else check_saved_model_ops(result.path, python=python)
+    )
     assert report.ok, report.summary()
     assert "BatchMatMulV3" in report.ops and "Einsum" not in report.ops
 
@@ -340,7 +456,9 @@ def _log_probability(model, tokenizer, source, target):
     pieces = tokenizer.tokenize([target]).to_list()[0]
     target_in = np.array([[2] + pieces], np.int32)
     encoder_outputs, mask = model.encode(source_ids)
-    logits = np.asarray(model.decode(target_in, encoder_outputs, mask))[0].astype(np.float64)  # (T, V)
+    logits = np.asarray(model.decode(target_in, encoder_outputs, mask))[0].astype(
+        np.float64
+    )  # (T, V)
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     return float(sum(log_probs[t, token] for t, token in enumerate(pieces + [3])))
@@ -366,7 +484,9 @@ def reference(run_objects):
         "source_ids": source_ids.numpy(),
         "token_ids": token_ids,
         "search_scores": outputs["scores"].numpy()[:, 0],
-        "log_probabilities": [_log_probability(model, tokenizer, s, t) for s, t in zip(SENTENCES, texts)],
+        "log_probabilities": [
+            _log_probability(model, tokenizer, s, t) for s, t in zip(SENTENCES, texts)
+        ],
         "long_ids": long_ids,
         "long_text": long_text[0],
         "pieces": [tokenizer.tokenize([t]).to_list()[0] for t in texts],
@@ -388,7 +508,8 @@ def run_tensorflow_only(python, code, *args):
         capture_output=True,
         text=True,
         timeout=900,
-        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, f"{python}:\n{result.stderr[-5000:]}"
     return result.stdout
@@ -425,25 +546,40 @@ def call_signature_in_runtime(python, export, signature, runtime=None, **inputs)
     process imported neither Keras nor keras_transformer and, given `runtime` ("2.20"), ran
     that TensorFlow. Returns the outputs as lists, strings decoded."""
     inputs = {name: np.asarray(value).tolist() for name, value in inputs.items()}
-    dtypes = {name: "int32" if np.asarray(value).dtype.kind in "iu" else "string" for name, value in inputs.items()}
+    dtypes = {
+        name: "int32" if np.asarray(value).dtype.kind in "iu" else "string"
+        for name, value in inputs.items()
+    }
     case = {"export": str(export), "signature": signature, "inputs": inputs, "dtypes": dtypes}
-    called = json.loads(run_tensorflow_only(str(python), _CALL_SIGNATURE, json.dumps(case)).split("CALLED=")[1])
+    called = json.loads(
+        run_tensorflow_only(str(python), _CALL_SIGNATURE, json.dumps(case)).split("CALLED=")[1]
+    )
     if runtime is not None:
         assert called["tensorflow"].startswith(runtime + "."), called["tensorflow"]
     assert not {"keras", "keras_transformer"} & set(called["modules"]), called["modules"]
     return called["outputs"]
+
+
 # The interpreters that load the export: this one (TensorFlow 2.21, without Keras), and a
 # clean environment per serving runtime (tests/runtimes.py; 2.19 and 2.18 on request).
 LOADER_RUNTIMES = ["exporting", *runtimes.selected_runtimes()]
 
 
-@pytest.fixture(scope="module", params=LOADER_RUNTIMES, ids=[f"tf{r}" if r[0].isdigit() else r for r in LOADER_RUNTIMES])
+@pytest.fixture(
+    scope="module",
+    params=LOADER_RUNTIMES,
+    ids=[f"tf{r}" if r[0].isdigit() else r for r in LOADER_RUNTIMES],
+)
 def loader_python(request):
     """`(interpreter, runtime)`: this process's, or the clean environment of a serving runtime."""
     if request.param == "exporting":
         return sys.executable, request.param
     python, versions, seconds = runtimes.runtime_python(request.param)
-    print(f"runtime {request.param}: {versions}, created in {seconds:.0f} s" if seconds else f"runtime {request.param}: {versions}")
+    print(
+        f"runtime {request.param}: {versions}, created in {seconds:.0f} s"
+        if seconds
+        else f"runtime {request.param}: {versions}"
+    )
     return str(python), request.param
 
 
@@ -467,7 +603,9 @@ def served(exported, int8_export, reference, run_objects, loader_python, tmp_pat
         "clean_ids": [[5, 1, 1, 3] + [0] * 44, list(map(int, long_row[:47])) + [3]],
     }
     (directory / "case.json").write_text(json.dumps(case))
-    run_tensorflow_only(python, LOADER.read_text(), str(directory / "case.json"), str(directory / "out.json"))
+    run_tensorflow_only(
+        python, LOADER.read_text(), str(directory / "case.json"), str(directory / "out.json")
+    )
     out = json.loads((directory / "out.json").read_text())
     if runtime != "exporting":
         assert out["runtime"]["tensorflow"].startswith(runtime + "."), out["runtime"]
@@ -490,12 +628,16 @@ def test_translate_matches_in_library_decoding(served, reference):
     for name in ("translate", "serving_default"):
         assert _texts(served[name]["translation"]) == reference["texts"]
         np.testing.assert_allclose(served[name]["score"], reference["scores"], atol=SCORE_TOLERANCE)
-    np.testing.assert_allclose(served["function_translate"]["score"], reference["scores"], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(
+        served["function_translate"]["score"], reference["scores"], atol=SCORE_TOLERANCE
+    )
 
 
 def test_translate_ids_matches_in_library_search(served, reference):
     np.testing.assert_array_equal(served["translate_ids"]["token_ids"], reference["token_ids"])
-    np.testing.assert_allclose(served["translate_ids"]["scores"], reference["search_scores"], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(
+        served["translate_ids"]["scores"], reference["search_scores"], atol=SCORE_TOLERANCE
+    )
 
 
 def test_translate_nbest_is_the_library_beam_search_returning_k(served, reference):
@@ -505,8 +647,12 @@ def test_translate_nbest_is_the_library_beam_search_returning_k(served, referenc
     assert np.array(nbest["scores"]).shape == (len(SENTENCES), BEAM["beam_size"])
     assert all(row == sorted(row, reverse=True) for row in nbest["scores"])  # best first
     # Row 0 is `translate`'s translation; the K hypotheses are distinct.
-    assert [_texts(row)[0] for row in nbest["translations"]] == _texts(served["translate"]["translation"])
-    np.testing.assert_allclose([row[0] for row in nbest["scores"]], served["translate"]["score"], atol=SCORE_TOLERANCE)
+    assert [_texts(row)[0] for row in nbest["translations"]] == _texts(
+        served["translate"]["translation"]
+    )
+    np.testing.assert_allclose(
+        [row[0] for row in nbest["scores"]], served["translate"]["score"], atol=SCORE_TOLERANCE
+    )
     assert any(len(set(_texts(row))) > 1 for row in nbest["translations"])
 
 
@@ -516,13 +662,17 @@ def test_translate_nbest_bad_inputs(served):
     for index in (0, 1):  # "" and whitespace only: K empty translations, scores 0.0
         assert _texts(odd["translations"][index]) == [""] * BEAM["beam_size"]
         assert odd["scores"][index] == [0.0] * BEAM["beam_size"]
-    for index, alone in enumerate(served["odd_alone"]):  # the batch's best rows equal one-at-a-time translate
+    for index, alone in enumerate(
+        served["odd_alone"]
+    ):  # the batch's best rows equal one-at-a-time translate
         assert _texts(odd["translations"][index])[0] == _texts(alone["translation"])[0]
         assert odd["scores"][index][0] == pytest.approx(alone["score"][0], abs=SCORE_TOLERANCE)
 
 
 def test_score_is_the_forced_decoding_log_probability(served, reference):
-    np.testing.assert_allclose(served["score"], reference["log_probabilities"], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(
+        served["score"], reference["log_probabilities"], atol=SCORE_TOLERANCE
+    )
     # Where a translation re-tokenizes to its own ids, its beam score is log P / lp(|Y|)
     # (the cached search and the full decoder pass round differently: a looser tolerance).
     checked = 0
@@ -530,7 +680,9 @@ def test_score_is_the_forced_decoding_log_probability(served, reference):
         ids = [int(i) for i in reference["token_ids"][index] if i != 0]
         if pieces + [3] == ids:
             penalty = ((5.0 + len(ids)) / 6.0) ** 0.6
-            assert served["score"][index] / penalty == pytest.approx(reference["scores"][index], abs=1e-3)
+            assert served["score"][index] / penalty == pytest.approx(
+                reference["scores"][index], abs=1e-3
+            )
             checked += 1
     assert checked > 0
 
@@ -548,13 +700,18 @@ def test_long_input_is_truncated_to_the_max_source_length(served, reference, run
     (long_translation,) = _texts(served["odd_alone"][2]["translation"])
     assert long_translation == reference["long_text"]
     # translate(text) == translate_ids(text's first 47 pieces + EOS), detokenized.
-    assert decode_text(tokenizer, np.array(served["long_ids"], np.int32)).numpy()[0].decode() == long_translation
+    assert (
+        decode_text(tokenizer, np.array(served["long_ids"], np.int32)).numpy()[0].decode()
+        == long_translation
+    )
 
 
 def test_invalid_utf8_is_replaced_and_the_output_is_valid(served):
     (translation,) = _texts(served["odd_alone"][3]["translation"])  # strict UTF-8 decoding
     assert translation == _texts(served["replaced"]["translation"])[0]
-    assert served["odd_alone"][3]["score"] == pytest.approx(served["replaced"]["score"], abs=SCORE_TOLERANCE)
+    assert served["odd_alone"][3]["score"] == pytest.approx(
+        served["replaced"]["score"], abs=SCORE_TOLERANCE
+    )
 
 
 def test_batch_of_very_different_lengths_equals_one_at_a_time(served):
@@ -562,7 +719,9 @@ def test_batch_of_very_different_lengths_equals_one_at_a_time(served):
     assert batch["shapes"] == [[len(ODD_INPUTS)], [len(ODD_INPUTS)]]
     alone = served["odd_alone"]
     assert _texts(batch["translation"]) == [_texts(one["translation"])[0] for one in alone]
-    np.testing.assert_allclose(batch["score"], [one["score"][0] for one in alone], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(
+        batch["score"], [one["score"][0] for one in alone], atol=SCORE_TOLERANCE
+    )
 
 
 def test_token_ids_out_of_vocabulary_become_unk_and_long_rows_are_cut(served):
@@ -582,21 +741,42 @@ def test_wrong_dtype_or_rank_is_a_clear_error_and_the_model_keeps_working(served
     errors = served["errors"]
     spec = "TensorSpec(shape=(None,), dtype=tf.string, name='text')"
     # The tf.functions of the loaded object check the spec before running.
-    assert errors["function_int_text"]["type"] == "TypeError" and spec in errors["function_int_text"]["message"]
-    assert errors["function_rank2_text"]["type"] == "TypeError" and spec in errors["function_rank2_text"]["message"]
-    assert "TensorSpec(shape=(None, None), dtype=tf.int32, name='source_ids')" in errors["function_float_ids"]["message"]
+    assert (
+        errors["function_int_text"]["type"] == "TypeError"
+        and spec in errors["function_int_text"]["message"]
+    )
+    assert (
+        errors["function_rank2_text"]["type"] == "TypeError"
+        and spec in errors["function_rank2_text"]["message"]
+    )
+    assert (
+        "TensorSpec(shape=(None, None), dtype=tf.int32, name='source_ids')"
+        in errors["function_float_ids"]["message"]
+    )
     # The signatures (what TF Serving runs) answer with InvalidArgument errors naming what was expected.
     assert errors["signature_int_text"]["type"] == "InvalidArgumentError"
-    assert "expected to be a string tensor but is a int32 tensor" in errors["signature_int_text"]["message"]
-    assert "expected to be a int32 tensor but is a float tensor" in errors["signature_float_ids"]["message"]
-    assert "expected to be a string tensor but is a int32 tensor" in errors["nbest_int_text"]["message"]
+    assert (
+        "expected to be a string tensor but is a int32 tensor"
+        in errors["signature_int_text"]["message"]
+    )
+    assert (
+        "expected to be a int32 tensor but is a float tensor"
+        in errors["signature_float_ids"]["message"]
+    )
+    assert (
+        "expected to be a string tensor but is a int32 tensor"
+        in errors["nbest_int_text"]["message"]
+    )
     assert "is not compatible with expected shape [?]" in errors["nbest_rank2_text"]["message"]
     assert "is not compatible with expected shape [?]" in errors["signature_rank2_text"]["message"]
     assert "is not compatible with expected shape [?]" in errors["signature_scalar_text"]["message"]
     assert "is not compatible with expected shape [?,?]" in errors["signature_rank1_ids"]["message"]
     missing = errors["signature_missing_input"]
     assert missing["type"] == "TypeError" and "text" in missing["message"]
-    assert "`source` and `target` must hold the same number of texts" in errors["score_batch_mismatch"]["message"]
+    assert (
+        "`source` and `target` must hold the same number of texts"
+        in errors["score_batch_mismatch"]["message"]
+    )
     assert _texts(served["after_errors"]["translation"]) == reference["texts"]
 
 
@@ -604,7 +784,9 @@ def test_the_int8_export_in_a_clean_process_decodes_as_the_library(served, int8_
     translator, _ = int8_export
     outputs = make_search_fn(translator.model, "beam", **BEAM)(reference["source_ids"])
     np.testing.assert_array_equal(served["int8"]["token_ids"], outputs["token_ids"].numpy()[:, 0])
-    np.testing.assert_allclose(served["int8"]["scores"], outputs["scores"].numpy()[:, 0], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(
+        served["int8"]["scores"], outputs["scores"].numpy()[:, 0], atol=SCORE_TOLERANCE
+    )
     texts, scores = translate(translator.model, translator.tokenizer, SENTENCES, "beam", **BEAM)
     assert _texts(served["int8"]["translate"]["translation"]) == texts
     np.testing.assert_allclose(served["int8"]["translate"]["score"], scores, atol=SCORE_TOLERANCE)
@@ -647,10 +829,15 @@ def test_failed_export_leaves_no_partial_version(exported, translator, tmp_path,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(serving.warmup_lib, "write_warmup_requests", failing_write)
-    with pytest.raises(ExportError, match=f"^Could not export 'numbers' to {model_root}: No space left on device. "
-                                          "The partial export was removed"):
+    with pytest.raises(
+        ExportError,
+        match=f"^Could not export 'numbers' to {model_root}: No space left on device. "
+        "The partial export was removed",
+    ):
         export_saved_model(translator, tmp_path, NAME, verify=False, check_ops=False)
-    assert written and "saved_model.pb" in written[0]  # it failed midway, after the SavedModel was saved
+    assert (
+        written and "saved_model.pb" in written[0]
+    )  # it failed midway, after the SavedModel was saved
     assert sorted(entry.name for entry in model_root.iterdir()) == ["1"]
     assert _tree_digest(model_root / "1") == before
 
@@ -670,21 +857,36 @@ def test_translate_script_reads_input_as_the_saved_model_does(trained_run, trans
     """translate.py on the bad inputs: the exported functions' translations and scores, warnings naming lines."""
     source = tmp_path / "odd.txt"
     source.write_bytes(b"\n".join(ODD_INPUTS) + b"\n")
-    result = run_script("translate.py", f"--model_dir={trained_run}", f"--input={source}", "--scores")
+    result = run_script(
+        "translate.py", f"--model_dir={trained_run}", f"--input={source}", "--scores"
+    )
     outputs = translator.translate(tf.constant(ODD_INPUTS))
     expected = [t.decode() for t in outputs["translation"].numpy()]
     lines = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
     assert [text for text, _ in lines] == expected
-    np.testing.assert_allclose([float(score) for _, score in lines], outputs["score"].numpy(), atol=SCORE_TOLERANCE)
-    assert lines[0][1] == lines[1][1] == "0.0000"  # blank lines, as the SavedModel scores an empty text
-    assert f"Warning: {source}, line 3: " in result.stderr and "cut to the first 47 (max_source_length 48)" in result.stderr
+    np.testing.assert_allclose(
+        [float(score) for _, score in lines], outputs["score"].numpy(), atol=SCORE_TOLERANCE
+    )
+    assert (
+        lines[0][1] == lines[1][1] == "0.0000"
+    )  # blank lines, as the SavedModel scores an empty text
+    assert (
+        f"Warning: {source}, line 3: " in result.stderr
+        and "cut to the first 47 (max_source_length 48)" in result.stderr
+    )
     assert f"Warning: {source}, line 4: invalid UTF-8 replaced by U+FFFD" in result.stderr
     assert "line 5" not in result.stderr and "line 6" not in result.stderr
 
 
 def test_translator_called_in_python_runs_the_exported_functions(translator, served):
     outputs = translator.translate(tf.constant(SENTENCES))  # traced already by the exports above
-    assert [t.decode() for t in outputs["translation"].numpy()] == _texts(served["translate"]["translation"])
-    np.testing.assert_allclose(outputs["score"].numpy(), served["translate"]["score"], atol=SCORE_TOLERANCE)
+    assert [t.decode() for t in outputs["translation"].numpy()] == _texts(
+        served["translate"]["translation"]
+    )
+    np.testing.assert_allclose(
+        outputs["score"].numpy(), served["translate"]["score"], atol=SCORE_TOLERANCE
+    )
     odd = translator.translate(tf.constant(ODD_INPUTS))
-    assert [t.decode() for t in odd["translation"].numpy()] == _texts(served["odd_batch"]["translation"])
+    assert [t.decode() for t in odd["translation"].numpy()] == _texts(
+        served["odd_batch"]["translation"]
+    )

@@ -67,7 +67,10 @@ def test_sigterm_during_start_up_stops_before_any_update(tmp_path):
     code, output = finish(process)
     output = "".join(lines) + output
     assert code == TRY_AGAIN, output[-3000:]  # preempted: the scheduler runs the same command again
-    assert "Stopped by SIGTERM during start-up, before any update. Run the same command to resume." in output
+    assert (
+        "Stopped by SIGTERM during start-up, before any update. Run the same command to resume."
+        in output
+    )
     assert latest_step(run_dir) is None and "Traceback" not in output
 
 
@@ -104,7 +107,9 @@ def test_sigkill_at_three_moments_then_resume(tmp_path):
     assert restored_step("".join(lines)) == target - 2
 
     # 4. Runs to the end from the same checkpoint, never loading the torn one.
-    code, output = finish(start(run_dir, "--train_steps=14", KT_DUMP_WEIGHTS=str(tmp_path / "resumed.npz")))
+    code, output = finish(
+        start(run_dir, "--train_steps=14", KT_DUMP_WEIGHTS=str(tmp_path / "resumed.npz"))
+    )
     assert code == 0, output[-3000:]
     assert restored_step(output) == target - 2
     assert "Trained to step 14" in output
@@ -112,10 +117,18 @@ def test_sigkill_at_three_moments_then_resume(tmp_path):
 
     # 5. Killed three times, it ends exactly where a run never interrupted ends (dropout
     #    0.1: the seed-generator states and the input position come back with the checkpoint).
-    code, output = finish(start(tmp_path / "uninterrupted", "--train_steps=14",
-                                KT_DUMP_WEIGHTS=str(tmp_path / "uninterrupted.npz")))
+    code, output = finish(
+        start(
+            tmp_path / "uninterrupted",
+            "--train_steps=14",
+            KT_DUMP_WEIGHTS=str(tmp_path / "uninterrupted.npz"),
+        )
+    )
     assert code == 0, output[-3000:]
-    resumed, uninterrupted = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "uninterrupted.npz")
+    resumed, uninterrupted = (
+        np.load(tmp_path / "resumed.npz"),
+        np.load(tmp_path / "uninterrupted.npz"),
+    )
     assert len(resumed.files) == len(uninterrupted.files) > 10
     for name in resumed.files:
         np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
@@ -155,8 +168,13 @@ def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         processes.append(
-            start(run_dir, "--strategy=multi_worker", "--train_steps=4",
-                  TF_CONFIG=tf_config, KT_DUMP_WEIGHTS=str(tmp_path / f"worker{index}.npz"))
+            start(
+                run_dir,
+                "--strategy=multi_worker",
+                "--train_steps=4",
+                TF_CONFIG=tf_config,
+                KT_DUMP_WEIGHTS=str(tmp_path / f"worker{index}.npz"),
+            )
         )
     results = [finish(process) for process in processes]
     for code, output in results:
@@ -167,8 +185,13 @@ def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
     for name in weights[0].files:
         np.testing.assert_array_equal(weights[0][name], weights[1][name])
     # Only the chief's checkpoints and logs remain; the other worker cleaned up.
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.json", "logs", "spm.model",
-                                                         "starts.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "config.json",
+        "logs",
+        "spm.model",
+        "starts.jsonl",
+    ]
     assert latest_step(run_dir) == 4
     # The chief's checkpoint holds the weights both workers ended with.
     from keras_transformer.training import load_run
@@ -204,15 +227,26 @@ print("saved all")
 # start restores from each.
 SAVE_STAGES = {
     "before_merge": (dict(call="checkpoint.merge", path="ckpt-122"), {"as left": 121}),
-    "after_merge": (dict(call="checkpoint.merge", path="ckpt-122", when="after"),
-                    {"as left": 121, "no index": 121, "no state file": 122}),
-    "state_file_written_not_renamed": (dict(call="file_io.rename", path="checkpoints/checkpoint.tmp", after=2),
-                                       {"as left": 121}),
-    "sweep_after_the_old_index": (dict(call="file_io.delete_file", path="ckpt-120.index", when="after"),
-                                  {"as left": 122}),
-    "sweep_after_the_old_data": (dict(call="file_io.delete_file", path="ckpt-120.data", when="after"),
-                                 {"as left": 122}),
-    "before_the_second_state_write": (dict(call="file_io.atomic_write_string_to_file", after=3), {"as left": 122}),
+    "after_merge": (
+        dict(call="checkpoint.merge", path="ckpt-122", when="after"),
+        {"as left": 121, "no index": 121, "no state file": 122},
+    ),
+    "state_file_written_not_renamed": (
+        dict(call="file_io.rename", path="checkpoints/checkpoint.tmp", after=2),
+        {"as left": 121},
+    ),
+    "sweep_after_the_old_index": (
+        dict(call="file_io.delete_file", path="ckpt-120.index", when="after"),
+        {"as left": 122},
+    ),
+    "sweep_after_the_old_data": (
+        dict(call="file_io.delete_file", path="ckpt-120.data", when="after"),
+        {"as left": 122},
+    ),
+    "before_the_second_state_write": (
+        dict(call="file_io.atomic_write_string_to_file", after=3),
+        {"as left": 122},
+    ),
 }
 
 
@@ -227,8 +261,18 @@ def test_a_kill_at_each_stage_of_a_save_leaves_a_run_that_resumes(trained_run, t
     killed = shutil.copytree(trained_run, tmp_path / "killed")
     fault, outcomes = SAVE_STAGES[stage]
     result = subprocess.run(
-        [sys.executable, "-c", SAVE_SCRIPT, str(killed), json.dumps(TRAINED_RUN_CONFIG), "[121, 122, 123]"],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
+        [
+            sys.executable,
+            "-c",
+            SAVE_SCRIPT,
+            str(killed),
+            json.dumps(TRAINED_RUN_CONFIG),
+            "[121, 122, 123]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
         env=script_environment(**environment(Fault(**fault, error=KILL))),
     )
     assert result.returncode == -signal.SIGKILL, result.stdout[-2000:] + result.stderr[-3000:]
@@ -240,8 +284,11 @@ def test_a_kill_at_each_stage_of_a_save_leaves_a_run_that_resumes(trained_run, t
             (checkpoints / "ckpt-122.index").unlink()
         elif variant == "no state file":
             (checkpoints / "checkpoint").unlink()
-        trainer = Trainer(get_preset("tiny", **TRAINED_RUN_CONFIG), run,
-                          TrainOptions(batch_tokens=1024, keep_checkpoints=2, progress=False))
+        trainer = Trainer(
+            get_preset("tiny", **TRAINED_RUN_CONFIG),
+            run,
+            TrainOptions(batch_tokens=1024, keep_checkpoints=2, progress=False),
+        )
         assert trainer.restore(repair=True) == str(checkpoints / f"ckpt-{expected}"), variant
         assert trainer.step == expected
         # It goes on: the next save is listed with the one before, and every listed checkpoint reads.
@@ -264,12 +311,21 @@ def test_workers_that_restore_different_states_stop_in_one_line(tmp_path):
     assert code == 0 and latest_step(run_dir) == 4, output[-3000:]
     before = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
-    damaged = environment(Fault("checkpoint.reader", path="ckpt-4", error=tf.errors.DataLossError, times=None))
+    damaged = environment(
+        Fault("checkpoint.reader", path="ckpt-4", error=tf.errors.DataLossError, times=None)
+    )
     processes = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        processes.append(start(run_dir, "--strategy=multi_worker", "--train_steps=6", TF_CONFIG=tf_config,
-                               **(damaged if index == 1 else {})))
+        processes.append(
+            start(
+                run_dir,
+                "--strategy=multi_worker",
+                "--train_steps=6",
+                TF_CONFIG=tf_config,
+                **(damaged if index == 1 else {}),
+            )
+        )
     try:
         results = [finish(process, timeout=300) for process in processes]
     finally:
@@ -279,11 +335,17 @@ def test_workers_that_restore_different_states_stop_in_one_line(tmp_path):
     for code, output in results:
         assert code == 1, output[-4000:]
         (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
-        assert re.fullmatch(r"error: The workers restored different states \(replica 0: checkpoint 4, step 4, checksum "
-                            r"-?\d+; replica 1: checkpoint 2, step 2, checksum -?\d+\): every worker must read the "
-                            r"same checkpoint directory\. Stopped before training; nothing was moved\.", line), line
+        assert re.fullmatch(
+            r"error: The workers restored different states \(replica 0: checkpoint 4, step 4, checksum "
+            r"-?\d+; replica 1: checkpoint 2, step 2, checksum -?\d+\): every worker must read the "
+            r"same checkpoint directory\. Stopped before training; nothing was moved\.",
+            line,
+        ), line
         assert "Traceback" not in output
-    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == before and latest_step(run_dir) == 4
+    assert (
+        sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == before
+        and latest_step(run_dir) == 4
+    )
 
 
 MIRRORED_SCRIPT = """
@@ -308,12 +370,21 @@ except WorkersDisagreeError as error:
 
 
 def test_the_restore_check_compares_every_replica_of_one_worker():
-    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], capture_output=True, text=True, timeout=300,
-                            cwd=REPO, env=script_environment())
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=script_environment(),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     agree, disagree = result.stdout.strip().splitlines()
     assert agree == "replicas agree"
-    match = re.fullmatch(r"The workers restored different states \(replica 0: checkpoint 7, step 7, checksum (-?\d+); "
-                         r"replica 1: checkpoint 7, step 7, checksum (-?\d+)\): every worker must read the same "
-                         r"checkpoint directory\. Stopped before training; nothing was moved\.", disagree)
+    match = re.fullmatch(
+        r"The workers restored different states \(replica 0: checkpoint 7, step 7, checksum (-?\d+); "
+        r"replica 1: checkpoint 7, step 7, checksum (-?\d+)\): every worker must read the same "
+        r"checkpoint directory\. Stopped before training; nothing was moved\.",
+        disagree,
+    )
     assert match and match.group(1) != match.group(2), disagree

@@ -35,7 +35,9 @@ def test_applies_to_each_position_separately():
     layer = PositionwiseFeedForward(intermediate_dim=F)
     outputs = as_numpy(layer(inputs))
     order = rng.permutation(T)
-    np.testing.assert_allclose(as_numpy(layer(inputs[:, order])), outputs[:, order], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(layer(inputs[:, order])), outputs[:, order], rtol=0, atol=1e-6
+    )
     np.testing.assert_allclose(as_numpy(layer(inputs[:, 2:3])), outputs[:, 2:3], rtol=0, atol=1e-6)
 
 
@@ -56,7 +58,10 @@ def test_training_false_disables_dropout():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(intermediate_dim=0), "intermediate_dim=0"), (dict(intermediate_dim=8, dropout=1.5), "dropout=1.5")],
+    [
+        (dict(intermediate_dim=0), "intermediate_dim=0"),
+        (dict(intermediate_dim=8, dropout=1.5), "dropout=1.5"),
+    ],
 )
 def test_bad_arguments_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):

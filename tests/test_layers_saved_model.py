@@ -60,7 +60,11 @@ def _export(model, inputs, directory, name):
     expected = np.asarray(model(inputs))
     if not isinstance(inputs, dict):
         inputs = {"inputs": inputs}
-    np.savez(directory / f"{name}.npz", expected=expected, **{f"input_{key}": value for key, value in inputs.items()})
+    np.savez(
+        directory / f"{name}.npz",
+        expected=expected,
+        **{f"input_{key}": value for key, value in inputs.items()},
+    )
     model.export(str(directory / name), format="tf_saved_model", verbose=False)
 
 
@@ -68,10 +72,21 @@ def _export_and_serve(directory):
     directory.mkdir(parents=True, exist_ok=True)
     for name, case in LAYER_CASES.items():
         inputs = case.inputs()
-        _export(functional_model(case.layer_cls(**case.init_kwargs), inputs, case.call_kwargs), inputs, directory, name)
+        _export(
+            functional_model(case.layer_cls(**case.init_kwargs), inputs, case.call_kwargs),
+            inputs,
+            directory,
+            name,
+        )
     config = get_preset(
-        "tiny", vocabulary_size=31, num_encoder_layers=1, num_decoder_layers=1, hidden_dim=16, intermediate_dim=32,
-        num_heads=2, max_length=16,
+        "tiny",
+        vocabulary_size=31,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_heads=2,
+        max_length=16,
     )
     inputs = {
         "source_ids": np.array([[5, 6, 7, 8], [9, 10, 0, 0]], "int32"),
@@ -124,9 +139,14 @@ def test_saved_model_outputs_equal_keras_outputs(served, name):
 
 
 def test_layer_cases_cover_every_public_layer():
-    public = {getattr(layers, name) for name in layers.__all__ if isinstance(getattr(layers, name), type)}
+    public = {
+        getattr(layers, name) for name in layers.__all__ if isinstance(getattr(layers, name), type)
+    }
     assert {case.layer_cls for case in LAYER_CASES.values()} == public
     assert {"shared_embedding", "shared_embedding_reverse"} <= set(LAYER_CASES)
-    assert {"encoder_block_post_ln", "encoder_block_pre_ln", "decoder_block_post_ln", "decoder_block_pre_ln"} <= set(
-        LAYER_CASES
-    )
+    assert {
+        "encoder_block_post_ln",
+        "encoder_block_pre_ln",
+        "decoder_block_post_ln",
+        "decoder_block_pre_ln",
+    } <= set(LAYER_CASES)

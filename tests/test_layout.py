@@ -50,7 +50,8 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
     package = tmp_path / PACKAGE.name
     (package / "decoding").mkdir(parents=True)
     (package / "decoding" / "reader.py").write_text(
-        f"def read():\n    from {PACKAGE.name}.export.serving import next_version\n", encoding="utf-8"
+        f"def read():\n    from {PACKAGE.name}.export.serving import next_version\n",
+        encoding="utf-8",
     )
     assert upward_imports(package, {"decoding": ("export",)}) == [
         f"{PACKAGE.name}/decoding/reader.py imports {PACKAGE.name}.export.serving",

@@ -21,7 +21,9 @@ def test_padding_mask_is_true_at_real_tokens():
 
 def test_padding_mask_with_another_pad_id():
     ids = np.array([[5, 3, 1, 1]])
-    np.testing.assert_array_equal(as_numpy(padding_mask(ids, pad_id=1)), [[True, True, False, False]])
+    np.testing.assert_array_equal(
+        as_numpy(padding_mask(ids, pad_id=1)), [[True, True, False, False]]
+    )
 
 
 def test_causal_mask_is_the_lower_triangle():
@@ -61,7 +63,9 @@ def test_merge_masks_ignores_query_padding():
     query_padding = np.array([[True, False]])
     assert merge_masks(2, 3, query_padding_mask=query_padding) is None
     key_padding = np.array([[True, True, False]])
-    with_query = as_numpy(merge_masks(2, 3, query_padding_mask=query_padding, key_padding_mask=key_padding))
+    with_query = as_numpy(
+        merge_masks(2, 3, query_padding_mask=query_padding, key_padding_mask=key_padding)
+    )
     without_query = as_numpy(merge_masks(2, 3, key_padding_mask=key_padding))
     np.testing.assert_array_equal(with_query, without_query)
 
@@ -70,7 +74,9 @@ def test_merge_masks_combines_padding_attention_and_causal():
     key_padding = np.array([[True, True, True, False]])
     attention = np.ones((1, 4, 4), dtype=bool)
     attention[0, 3, 0] = False  # query 3 may not see key 0
-    mask = as_numpy(merge_masks(4, 4, key_padding_mask=key_padding, attention_mask=attention, causal=True))
+    mask = as_numpy(
+        merge_masks(4, 4, key_padding_mask=key_padding, attention_mask=attention, causal=True)
+    )
     expected = np.tril(np.ones((4, 4), dtype=bool)) & key_padding[:, None, :] & attention
     np.testing.assert_array_equal(mask, expected)
     assert not mask[0, 3, 0] and not mask[0, 3, 3] and mask[0, 3, 1]
@@ -84,7 +90,11 @@ def test_merge_masks_causal_offset(with_padding):
 
 
 def test_merge_masks_accepts_integer_masks():
-    mask = as_numpy(merge_masks(1, 3, key_padding_mask=np.array([[1, 0, 1]]), attention_mask=np.array([[[1, 1, 0]]])))
+    mask = as_numpy(
+        merge_masks(
+            1, 3, key_padding_mask=np.array([[1, 0, 1]]), attention_mask=np.array([[[1, 1, 0]]])
+        )
+    )
     np.testing.assert_array_equal(mask, [[[True, False, False]]])
 
 

@@ -27,7 +27,10 @@ def outputs_and_gradients(layer, inputs, upstream):
 
 def paired_layers(shape, dtype="float32", **kwargs):
     """Ours and Keras', built for `shape`, with the same random gamma and beta."""
-    ours, keras_layer = LayerNormalization(dtype=dtype, **kwargs), keras.layers.LayerNormalization(dtype=dtype, **kwargs)
+    ours, keras_layer = (
+        LayerNormalization(dtype=dtype, **kwargs),
+        keras.layers.LayerNormalization(dtype=dtype, **kwargs),
+    )
     rng = np.random.default_rng(2)
     for layer in (ours, keras_layer):
         layer.build(shape)
@@ -46,8 +49,11 @@ def test_outputs_and_gradients_equal_keras_layer_norm(shape):
     upstream = random_floats(rng, *shape)
     ours, keras_layer = paired_layers(shape, epsilon=1e-6)
     names = ["outputs", "input gradient", "gamma gradient", "beta gradient"]
-    for name, mine, theirs in zip(names, outputs_and_gradients(ours, inputs, upstream),
-                                  outputs_and_gradients(keras_layer, inputs, upstream)):
+    for name, mine, theirs in zip(
+        names,
+        outputs_and_gradients(ours, inputs, upstream),
+        outputs_and_gradients(keras_layer, inputs, upstream),
+    ):
         np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
@@ -57,7 +63,10 @@ def test_mixed_bfloat16_normalizes_in_float32_as_keras_does():
     rng = np.random.default_rng(1)
     inputs, upstream = 3.0 * random_floats(rng, 64, D) + 1.5, random_floats(rng, 64, D)
     ours, keras_layer = paired_layers((64, D), dtype="mixed_bfloat16", epsilon=1e-6)
-    mine, theirs = outputs_and_gradients(ours, inputs, upstream), outputs_and_gradients(keras_layer, inputs, upstream)
+    mine, theirs = (
+        outputs_and_gradients(ours, inputs, upstream),
+        outputs_and_gradients(keras_layer, inputs, upstream),
+    )
     assert ours(tf.cast(inputs, "bfloat16")).dtype == tf.bfloat16
     for name, a, b in zip(["outputs", "input gradient"], mine, theirs):
         np.testing.assert_allclose(a, b, rtol=2**-7, atol=2**-7 * np.abs(b).max(), err_msg=name)
@@ -71,6 +80,8 @@ def test_other_settings_run_keras_computation(kwargs):
     rng = np.random.default_rng(3)
     inputs, upstream = random_floats(rng, B, T, D), random_floats(rng, B, T, D)
     ours, keras_layer = paired_layers((B, T, D), **kwargs)
-    for mine, theirs in zip(outputs_and_gradients(ours, inputs, upstream),
-                            outputs_and_gradients(keras_layer, inputs, upstream)):
+    for mine, theirs in zip(
+        outputs_and_gradients(ours, inputs, upstream),
+        outputs_and_gradients(keras_layer, inputs, upstream),
+    ):
         np.testing.assert_array_equal(mine, theirs)

@@ -26,16 +26,18 @@ from keras_transformer.data.tokenizer import (
 )
 
 MULTI30K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-pytestmark = pytest.mark.skipif(not MULTI30K_DIR.is_dir(),
-                                reason=f"Multi30k copy not found at {MULTI30K_DIR}")
+pytestmark = pytest.mark.skipif(
+    not MULTI30K_DIR.is_dir(), reason=f"Multi30k copy not found at {MULTI30K_DIR}"
+)
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory) -> Tokenizer:
     pairs = load_multi30k("en", "de", "train", data_dir=MULTI30K_DIR)[:1000]
     sentences = [sentence for pair in pairs for sentence in pair]
-    path = train_sentencepiece(sentences, tmp_path_factory.mktemp("spm") / "spm.model",
-                               vocabulary_size=500)
+    path = train_sentencepiece(
+        sentences, tmp_path_factory.mktemp("spm") / "spm.model", vocabulary_size=500
+    )
     return Tokenizer(path)
 
 
@@ -51,8 +53,10 @@ def numbers() -> list[tuple[str, str]]:
 
 
 def _batches(dataset: tf.data.Dataset) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    return [(inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), labels.numpy())
-            for inputs, labels in dataset]
+    return [
+        (inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), labels.numpy())
+        for inputs, labels in dataset
+    ]
 
 
 def _decode(tokenizer: Tokenizer, ids: np.ndarray) -> list[str]:
@@ -95,10 +99,10 @@ def test_teacher_forcing_shift_and_tail_padding(tokenizer, multi30k_val):
         for src_row, tgt_row, lab_row in zip(source, target, labels):
             n_src = int((src_row != PAD_ID).sum())
             n = int((lab_row != PAD_ID).sum())
-            assert src_row[n_src - 1] == EOS_ID and EOS_ID not in src_row[:n_src - 1]
-            assert lab_row[n - 1] == EOS_ID and EOS_ID not in lab_row[:n - 1]
+            assert src_row[n_src - 1] == EOS_ID and EOS_ID not in src_row[: n_src - 1]
+            assert lab_row[n - 1] == EOS_ID and EOS_ID not in lab_row[: n - 1]
             assert tgt_row[0] == BOS_ID and BOS_ID not in tgt_row[1:]
-            assert (tgt_row[1:n] == lab_row[:n - 1]).all()
+            assert (tgt_row[1:n] == lab_row[: n - 1]).all()
             assert (tgt_row[n:] == PAD_ID).all()
 
 
@@ -109,8 +113,9 @@ def test_one_epoch_holds_every_pair_once(tokenizer, numbers):
 
 def test_real_multi30k_sample(tokenizer, multi30k_val):
     sample = multi30k_val[:200]
-    seen = set("".join(s + t for s, t in load_multi30k(
-        "en", "de", "train", data_dir=MULTI30K_DIR)[:1000]))
+    seen = set(
+        "".join(s + t for s, t in load_multi30k("en", "de", "train", data_dir=MULTI30K_DIR)[:1000])
+    )
     covered = [(s, t) for s, t in sample if set(s + t) <= seen]
     dataset = make_dataset(covered, tokenizer, batch_tokens=1024, max_length=128)
     normalized = [(" ".join(s.split()), " ".join(t.split())) for s, t in covered]
@@ -120,22 +125,28 @@ def test_real_multi30k_sample(tokenizer, multi30k_val):
 
 def test_filters_pairs_longer_than_max_length(tokenizer, multi30k_val):
     max_length = 16
-    lengths = zip(tokenizer.tokenize([s for s, _ in multi30k_val]).row_lengths().numpy(),
-                  tokenizer.tokenize([t for _, t in multi30k_val]).row_lengths().numpy())
+    lengths = zip(
+        tokenizer.tokenize([s for s, _ in multi30k_val]).row_lengths().numpy(),
+        tokenizer.tokenize([t for _, t in multi30k_val]).row_lengths().numpy(),
+    )
     expected = sum(1 for s, t in lengths if s + 1 <= max_length and t + 1 <= max_length)
     assert 0 < expected < len(multi30k_val)
-    dataset = make_dataset(multi30k_val, tokenizer, batch_tokens=256, max_length=max_length,
-                           shuffle=False)
+    dataset = make_dataset(
+        multi30k_val, tokenizer, batch_tokens=256, max_length=max_length, shuffle=False
+    )
     batches = _batches(dataset)
     assert sum(source.shape[0] for source, _, _ in batches) == expected
     assert max(max(s.shape[1], t.shape[1]) for s, t, _ in batches) <= max_length
 
 
 def test_sampling_alpha_segments_every_pass_anew(tokenizer, numbers):
-    dataset = make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False,
-                           sampling_alpha=0.2)
+    dataset = make_dataset(
+        numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False, sampling_alpha=0.2
+    )
     passes = [_batches(dataset) for _ in range(2)]
-    plain = _batches(make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False))
+    plain = _batches(
+        make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64, shuffle=False)
+    )
 
     def rows(batches):
         return Counter(tuple(row[row != PAD_ID]) for _, _, labels in batches for row in labels)
@@ -148,8 +159,9 @@ def test_sampling_alpha_segments_every_pass_anew(tokenizer, numbers):
 
 def test_same_seed_same_batches_other_seed_other_order(tokenizer, numbers):
     def run(seed: int):
-        return _batches(make_dataset(numbers[:200], tokenizer, batch_tokens=512,
-                                     max_length=64, seed=seed))
+        return _batches(
+            make_dataset(numbers[:200], tokenizer, batch_tokens=512, max_length=64, seed=seed)
+        )
 
     first, again, other = run(7), run(7), run(8)
     assert len(first) > 1
@@ -166,11 +178,12 @@ def test_same_seed_same_batches_other_seed_other_order(tokenizer, numbers):
 def test_shards_are_disjoint_and_cover_everything(tokenizer, numbers):
     shards = []
     for pipeline_id in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2,
-                                             input_pipeline_id=pipeline_id,
-                                             num_replicas_in_sync=2)
-        dataset = make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64,
-                               input_context=context)
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
+        dataset = make_dataset(
+            numbers, tokenizer, batch_tokens=256, max_length=64, input_context=context
+        )
         shards.append(_decoded_pairs(tokenizer, _batches(dataset)))
     assert len(shards[0]) == len(shards[1]) == len(numbers) // 2
     assert not set(shards[0]) & set(shards[1])
@@ -180,15 +193,16 @@ def test_shards_are_disjoint_and_cover_everything(tokenizer, numbers):
 def test_distribute_datasets_from_function(tokenizer, numbers):
     strategy = tf.distribute.get_strategy()
     distributed = strategy.distribute_datasets_from_function(
-        lambda context: make_dataset(numbers, tokenizer, batch_tokens=256, max_length=64,
-                                     input_context=context))
+        lambda context: make_dataset(
+            numbers, tokenizer, batch_tokens=256, max_length=64, input_context=context
+        )
+    )
     inputs, labels = next(iter(distributed))
     assert inputs["source_ids"].shape[0] == labels.shape[0] > 0
 
 
 def test_repeat_runs_past_one_epoch(tokenizer, numbers):
-    dataset = make_dataset(numbers[:100], tokenizer, batch_tokens=512, max_length=64,
-                           repeat=True)
+    dataset = make_dataset(numbers[:100], tokenizer, batch_tokens=512, max_length=64, repeat=True)
     assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
     examples = 0
     for inputs, _ in dataset.take(1000):
@@ -206,8 +220,9 @@ def test_repeat_with_everything_filtered_fails_instead_of_hanging(tokenizer, num
 
 def test_drop_remainder_gives_full_batches(tokenizer, numbers):
     batch_tokens = 200
-    dataset = make_dataset(numbers[:200], tokenizer, batch_tokens=batch_tokens, max_length=64,
-                           drop_remainder=True)
+    dataset = make_dataset(
+        numbers[:200], tokenizer, batch_tokens=batch_tokens, max_length=64, drop_remainder=True
+    )
     batches = _batches(dataset)
     assert batches
     for source, target, _ in batches:
@@ -216,8 +231,9 @@ def test_drop_remainder_gives_full_batches(tokenizer, numbers):
 
 
 def test_custom_bucket_boundaries(tokenizer, multi30k_val):
-    dataset = make_dataset(multi30k_val[:200], tokenizer, batch_tokens=400, max_length=40,
-                           bucket_boundaries=[20, 30])
+    dataset = make_dataset(
+        multi30k_val[:200], tokenizer, batch_tokens=400, max_length=40, bucket_boundaries=[20, 30]
+    )
     lengths = {source.shape[1] for source, _, _ in _batches(dataset)}
     assert lengths <= {20, 30, 40}
 
@@ -225,21 +241,43 @@ def test_custom_bucket_boundaries(tokenizer, multi30k_val):
 def test_default_bucket_boundaries():
     assert default_bucket_boundaries(128) == list(DEFAULT_BUCKET_BOUNDARIES)
     assert default_bucket_boundaries(40) == [8, 12, 16, 24, 32, 40]
-    assert default_bucket_boundaries(512) == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256,
-                                              384, 512]
+    assert default_bucket_boundaries(512) == [
+        8,
+        12,
+        16,
+        24,
+        32,
+        48,
+        64,
+        96,
+        128,
+        192,
+        256,
+        384,
+        512,
+    ]
     assert default_bucket_boundaries(5) == [5]
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"batch_tokens": 32, "max_length": 64}, "batch_tokens=32 is smaller than max_length=64"),
-    ({"batch_tokens": 64, "max_length": 1}, "max_length must be at least 2"),
-    ({"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 8]},
-     r"strictly increasing. Received: bucket_boundaries=\[16, 8\]"),
-    ({"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 48]},
-     "largest bucket boundary 48 exceeds max_length=32"),
-    ({"batch_tokens": 64, "max_length": 32, "sampling_alpha": 0.0},
-     r"sampling alpha must be a number in \(0, 1\]. Received: alpha=0.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"batch_tokens": 32, "max_length": 64}, "batch_tokens=32 is smaller than max_length=64"),
+        ({"batch_tokens": 64, "max_length": 1}, "max_length must be at least 2"),
+        (
+            {"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 8]},
+            r"strictly increasing. Received: bucket_boundaries=\[16, 8\]",
+        ),
+        (
+            {"batch_tokens": 64, "max_length": 32, "bucket_boundaries": [16, 48]},
+            "largest bucket boundary 48 exceeds max_length=32",
+        ),
+        (
+            {"batch_tokens": 64, "max_length": 32, "sampling_alpha": 0.0},
+            r"sampling alpha must be a number in \(0, 1\]. Received: alpha=0.0",
+        ),
+    ],
+)
 def test_rejects_bad_arguments(tokenizer, numbers, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         make_dataset(numbers, tokenizer, **kwargs)
@@ -252,22 +290,23 @@ def test_rejects_no_pairs(tokenizer):
 
 def test_padding_fraction_counts_pad_positions(tokenizer, multi30k_val):
     # Unshuffled, so that every pass over the dataset yields the same batches.
-    dataset = make_dataset(multi30k_val[:150], tokenizer, batch_tokens=512, max_length=64,
-                           shuffle=False)
+    dataset = make_dataset(
+        multi30k_val[:150], tokenizer, batch_tokens=512, max_length=64, shuffle=False
+    )
     padded = total = 0
     for source, target, _ in _batches(dataset):
         padded += (source == PAD_ID).sum() + (target == PAD_ID).sum()
         total += source.size + target.size
     assert padding_fraction(dataset) == pytest.approx(padded / total)
     first_two = _batches(dataset.take(2))
-    expected = (sum((s == PAD_ID).sum() + (t == PAD_ID).sum() for s, t, _ in first_two)
-                / sum(s.size + t.size for s, t, _ in first_two))
+    expected = sum((s == PAD_ID).sum() + (t == PAD_ID).sum() for s, t, _ in first_two) / sum(
+        s.size + t.size for s, t, _ in first_two
+    )
     assert padding_fraction(dataset, num_batches=2) == pytest.approx(expected)
 
 
 def test_padding_fraction_needs_num_batches_when_repeated(tokenizer, numbers):
-    dataset = make_dataset(numbers[:50], tokenizer, batch_tokens=256, max_length=64,
-                           repeat=True)
+    dataset = make_dataset(numbers[:50], tokenizer, batch_tokens=256, max_length=64, repeat=True)
     with pytest.raises(ValueError, match="needs num_batches"):
         padding_fraction(dataset)
     assert 0.0 <= padding_fraction(dataset, num_batches=3) < 1.0

@@ -37,16 +37,23 @@ def test_layer(name):
 @pytest.mark.parametrize("width", [32, 512])
 @pytest.mark.parametrize("position", POSITIONS)
 def test_values_equal_the_paper_formula(width, position):
-    encoding = as_numpy(PositionalEncoding()(np.zeros((1, max(POSITIONS) + 1, width), "float32")))[0]
+    encoding = as_numpy(PositionalEncoding()(np.zeros((1, max(POSITIONS) + 1, width), "float32")))[
+        0
+    ]
     for dimension in [0, 1, 2, 3, width - 2, width - 1]:
         expected = paper_encoding(position, dimension, width)
-        assert abs(encoding[position, dimension] - expected) <= tolerance(position), (position, dimension)
+        assert abs(encoding[position, dimension] - expected) <= tolerance(position), (
+            position,
+            dimension,
+        )
 
 
 def test_whole_encoding_equals_the_formula():
     width, length = 16, 50
     encoding = as_numpy(PositionalEncoding()(np.zeros((2, length, width), "float32")))
-    expected = np.array([[paper_encoding(p, d, width) for d in range(width)] for p in range(length)])
+    expected = np.array(
+        [[paper_encoding(p, d, width) for d in range(width)] for p in range(length)]
+    )
     np.testing.assert_allclose(encoding[0], expected, rtol=0, atol=tolerance(length))
     np.testing.assert_array_equal(encoding[0], encoding[1])  # same for every batch row
 
@@ -57,7 +64,9 @@ def test_sines_on_even_and_cosines_on_odd_features():
     # Position 0: sin(0) = 0 on even features, cos(0) = 1 on odd ones (not two halves).
     np.testing.assert_array_equal(encoding[0], [0.0, 1.0] * (width // 2))
     # Features 2i and 2i+1 share a frequency: sin^2 + cos^2 = 1 for every pair.
-    np.testing.assert_allclose(encoding[:, 0::2] ** 2 + encoding[:, 1::2] ** 2, 1.0, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        encoding[:, 0::2] ** 2 + encoding[:, 1::2] ** 2, 1.0, rtol=0, atol=1e-6
+    )
     # Feature 0 is sin(pos) itself, feature 1 cos(pos).
     positions = np.arange(30)
     np.testing.assert_allclose(encoding[:, 0], np.sin(positions), rtol=0, atol=1e-6)
@@ -65,7 +74,9 @@ def test_sines_on_even_and_cosines_on_odd_features():
 
 
 def test_max_wavelength_is_the_base():
-    encoding = as_numpy(PositionalEncoding(max_wavelength=100.0)(np.zeros((1, 20, 8), "float32")))[0]
+    encoding = as_numpy(PositionalEncoding(max_wavelength=100.0)(np.zeros((1, 20, 8), "float32")))[
+        0
+    ]
     assert abs(encoding[17, 5] - paper_encoding(17, 5, 8, base=100.0)) <= tolerance(17)
 
 
@@ -75,7 +86,9 @@ def test_start_index_equals_slicing_a_longer_encoding(start_index):
     longer = as_numpy(layer(np.zeros((2, 20, 16), "float32")))
     step = as_numpy(layer(np.zeros((2, 4, 16), "float32"), start_index=start_index))
     np.testing.assert_allclose(step, longer[:, start_index : start_index + 4], rtol=0, atol=1e-6)
-    from_tensor = as_numpy(layer(np.zeros((2, 4, 16), "float32"), start_index=ops.convert_to_tensor(start_index)))
+    from_tensor = as_numpy(
+        layer(np.zeros((2, 4, 16), "float32"), start_index=ops.convert_to_tensor(start_index))
+    )
     np.testing.assert_array_equal(from_tensor, step)
 
 
@@ -84,7 +97,9 @@ def test_encoding_has_no_weights_and_follows_the_compute_dtype():
     outputs = layer(np.zeros((1, 3, 8), "float32"))
     assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
     assert layer.weights == []
-    np.testing.assert_allclose(as_numpy(outputs)[0, 1, :2], [math.sin(1.0), math.cos(1.0)], rtol=0, atol=1e-2)
+    np.testing.assert_allclose(
+        as_numpy(outputs)[0, 1, :2], [math.sin(1.0), math.cos(1.0)], rtol=0, atol=1e-2
+    )
 
 
 def test_bad_max_wavelength_raises():
@@ -123,7 +138,9 @@ def test_word_positions_take_the_second_half_of_the_features():
     words = np.array([[0, 0, 1, 2, 2, 2], [0, 1, 1, 1, 3, 4]], "int32")
     encoding = as_numpy(layer(np.zeros((2, 6, 16), "float32"), start_index=2, word_positions=words))
     assert encoding.shape == (2, 6, 16)
-    half = as_numpy(layer(np.zeros((1, 20, 8), "float32")))[0]  # the 8-wide encoding of positions 0 .. 19
+    half = as_numpy(layer(np.zeros((1, 20, 8), "float32")))[
+        0
+    ]  # the 8-wide encoding of positions 0 .. 19
     for row in range(2):
         np.testing.assert_allclose(encoding[row, :, :8], half[2:8], rtol=0, atol=1e-6)
         np.testing.assert_allclose(encoding[row, :, 8:], half[words[row]], rtol=0, atol=1e-6)
@@ -138,9 +155,13 @@ def test_word_index_counts_words_on_the_source_and_tags_on_the_target():
     np.testing.assert_array_equal(as_numpy(layer.kinds), np.zeros(8))  # set from the tokenizer
     layer.set_kinds([0, 0, 0, 1, 1, 0, 1, 2])
     source = np.array([[4, 5, 4, 7, 3, 0], [5, 4, 3, 0, 0, 0]])
-    np.testing.assert_array_equal(as_numpy(layer.source(source)), [[0, 0, 1, 2, 3, 3], [0, 0, 1, 1, 1, 1]])
+    np.testing.assert_array_equal(
+        as_numpy(layer.source(source)), [[0, 0, 1, 2, 3, 3], [0, 0, 1, 1, 1, 1]]
+    )
     target = np.array([[2, 6, 7, 6, 7, 7], [2, 7, 7, 0, 0, 0]])  # BOS (S NN (S NN NN
-    np.testing.assert_array_equal(as_numpy(layer.target(target)), [[0, 0, 1, 1, 2, 3], [0, 1, 2, 2, 2, 2]])
+    np.testing.assert_array_equal(
+        as_numpy(layer.target(target)), [[0, 0, 1, 1, 2, 3], [0, 1, 2, 2, 2, 2]]
+    )
     assert layer.trainable_weights == []
     with pytest.raises(ValueError, match="kinds must be 8 values"):
         layer.set_kinds([0, 1, 2])

@@ -19,12 +19,22 @@ import tensorflow as tf
 from tensorflow.python.lib.io import file_io
 
 from keras_transformer import fs
-from keras_transformer.model_root import list_versions, missing_files, publish_version, resolve_saved_model
+from keras_transformer.model_root import (
+    list_versions,
+    missing_files,
+    publish_version,
+    resolve_saved_model,
+)
 from tests.faulty_fs import KILL, Fault, FaultyFilesystem, environment
 from tests.scripts import REPO, script_environment
 
-FAKE_VERSION_FILES = ("assets/spm.model", "fingerprint.pb", "saved_model.pb", "variables/variables.data-00000-of-00001",
-                      "variables/variables.index")
+FAKE_VERSION_FILES = (
+    "assets/spm.model",
+    "fingerprint.pb",
+    "saved_model.pb",
+    "variables/variables.data-00000-of-00001",
+    "variables/variables.index",
+)
 
 
 def _root(kind, tmp_path):
@@ -68,13 +78,15 @@ def _tree(root):
         return {}
     tree = {}
     for directory, subdirectories, names in file_io.walk_v2(root):
-        relative = directory[len(root):].strip("/")
+        relative = directory[len(root) :].strip("/")
         for name in subdirectories:
             tree[f"{relative}/{name}".strip("/")] = None
         for name in names:
             path = f"{directory}/{name}"
             if file_io.file_exists_v2(path) and not file_io.is_directory_v2(path):
-                tree[f"{relative}/{name}".strip("/")] = file_io.read_file_to_string(path, binary_mode=True)
+                tree[f"{relative}/{name}".strip("/")] = file_io.read_file_to_string(
+                    path, binary_mode=True
+                )
     return tree
 
 
@@ -129,12 +141,18 @@ def recorded():
 
 
 @pytest.mark.parametrize("kind", ["local", "ram"])
-def test_a_kill_at_any_call_of_an_export_leaves_no_version_or_a_complete_one(kind, tmp_path, recorded):
+def test_a_kill_at_any_call_of_an_export_leaves_no_version_or_a_complete_one(
+    kind, tmp_path, recorded
+):
     root = _root(kind, tmp_path)
     publish_version(root, _write_saved_model(1))
     filesystem = recorded(root)
-    with filesystem:  # the SavedModel is written by TensorFlow's C++ code: its tree is recorded once it is saved
-        publish_version(root, _write_saved_model(2, after=lambda: filesystem.recorder.strike("saved", "")))
+    with (
+        filesystem
+    ):  # the SavedModel is written by TensorFlow's C++ code: its tree is recorded once it is saved
+        publish_version(
+            root, _write_saved_model(2, after=lambda: filesystem.recorder.strike("saved", ""))
+        )
     trees = filesystem.recorder.trees
     assert len(trees) > 4
     listed_incomplete = 0
@@ -150,7 +168,10 @@ def test_a_kill_at_any_call_of_an_export_leaves_no_version_or_a_complete_one(kin
                 listed_incomplete += 1
         served = resolve_saved_model(copy)
         assert float(tf.saved_model.load(str(served)).v.numpy()) == float(fs.name(served))
-    assert [sorted(name for name in tree if "/" not in name) for tree in (trees[0], trees[-1])] == [["1"], ["1", "2"]]
+    assert [sorted(name for name in tree if "/" not in name) for tree in (trees[0], trees[-1])] == [
+        ["1"],
+        ["1", "2"],
+    ]
     assert listed_incomplete > 0 if kind == "ram" else listed_incomplete == 0
 
 
@@ -172,14 +193,20 @@ def _hidden(root):
 def test_an_error_at_any_call_of_an_export_publishes_nothing_partial(kind, when, tmp_path):
     """A failure at any gfile call: the export raises and leaves only the earlier version (or it had published
     version 2 completely); the only thing a failure may leave is what the failed call itself was removing."""
-    calls = _calls(kind, tmp_path, lambda root: publish_version(root, _write_fake("2")),
-                   setup=lambda root: publish_version(root, _write_fake("1")))
+    calls = _calls(
+        kind,
+        tmp_path,
+        lambda root: publish_version(root, _write_fake("2")),
+        setup=lambda root: publish_version(root, _write_fake("1")),
+    )
     assert len(calls) > 10
     raised = 0
     for index, call in enumerate(calls):
         root = _root(kind, tmp_path / str(index))
         publish_version(root, _write_fake("1"))
-        fault = Fault(call, error=tf.errors.UnavailableError, when=when, after=calls[:index].count(call))
+        fault = Fault(
+            call, error=tf.errors.UnavailableError, when=when, after=calls[:index].count(call)
+        )
         with FaultyFilesystem(fault) as filesystem:
             try:
                 publish_version(root, _write_fake("2"))
@@ -191,10 +218,18 @@ def test_an_error_at_any_call_of_an_export_publishes_nothing_partial(kind, when,
         for version in list_versions(root):
             assert not missing_files(fs.join(root, str(version))), (index, call, when)
         for leftover in _hidden(root):
-            assert failed_path.rstrip("/").endswith(leftover), (index, call, failed_path, _hidden(root))
+            assert failed_path.rstrip("/").endswith(leftover), (
+                index,
+                call,
+                failed_path,
+                _hidden(root),
+            )
         # The same command, once the cause is gone: the next version, complete.
         again = publish_version(root, _write_fake("3"))
-        assert resolve_saved_model(root) == again and fs.read_text(fs.join(again, "saved_model.pb")) == "3"
+        assert (
+            resolve_saved_model(root) == again
+            and fs.read_text(fs.join(again, "saved_model.pb")) == "3"
+        )
     assert raised > len(calls) // 2
 
 
@@ -218,11 +253,16 @@ def test_an_export_leaves_a_number_another_export_claimed_at_the_same_moment(kin
     with FaultyFilesystem(rival):
         published = publish_version(root, _write_fake("3"))
     assert fs.name(published) == "3" and fs.listdir(root) == [".2.claim-rival", "1", "3"]
-    with pytest.raises(FileExistsError, match=r"^Version 2 of .* cannot be written: Another writer is publishing "
-                                              r".*/2 \(its claim: .*/\.2\.claim-rival; a claim left by a killed "
-                                              r"process holds the name until it is removed\)\. Versions are never"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"^Version 2 of .* cannot be written: Another writer is publishing "
+        r".*/2 \(its claim: .*/\.2\.claim-rival; a claim left by a killed "
+        r"process holds the name until it is removed\)\. Versions are never",
+    ):
         publish_version(root, _write_fake("2"), version=2)
-    with pytest.raises(FileExistsError, match=r"^Version 3 of .* cannot be written: .*/3 exists\. "):
+    with pytest.raises(
+        FileExistsError, match=r"^Version 3 of .* cannot be written: .*/3 exists\. "
+    ):
         publish_version(root, _write_fake("x"), version=3)
     assert fs.listdir(root) == [".2.claim-rival", "1", "3"]
 
@@ -253,7 +293,9 @@ def _check_distinct_versions(root, contents):
         assert not missing_files(directory)
         (content,) = {fs.read_text(fs.join(directory, relative)) for relative in FAKE_VERSION_FILES}
         found.append(content)
-    assert sorted(found) == sorted(contents)  # numbers may be skipped: two exports that collided both withdraw
+    assert sorted(found) == sorted(
+        contents
+    )  # numbers may be skipped: two exports that collided both withdraw
     assert _hidden(root) == []
 
 
@@ -262,11 +304,21 @@ def test_exports_in_two_processes_at_once_get_distinct_versions(tmp_path):
     script = _WRITER.format(repo=str(REPO), count=count, files=FAKE_VERSION_FILES)
     ready = tmp_path / "ready"
     ready.mkdir()
-    writers = [subprocess.Popen([sys.executable, "-c", script, str(root), name, str(ready)], env=script_environment(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(root), name, str(ready)],
+            env=script_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     outputs = [writer.communicate(timeout=300) for writer in writers]
     assert [writer.returncode for writer in writers] == [0, 0], outputs
-    _check_distinct_versions(root, [f"{name}-{index}" for name in ("a", "b") for index in range(count)])
+    _check_distinct_versions(
+        root, [f"{name}-{index}" for name in ("a", "b") for index in range(count)]
+    )
 
 
 def test_exports_in_threads_on_ram_get_distinct_versions():
@@ -318,8 +370,13 @@ def test_a_killed_export_process_leaves_no_version_or_a_complete_one(stage, tmp_
         "publish": [Fault("gfile.rename", path=".2.tmp-", error=KILL, when="before")],
         "published": [Fault("gfile.rename", path=".2.tmp-", error=KILL, when="after")],
     }[stage]
-    result = subprocess.run([sys.executable, "-c", _KILLED_EXPORT.format(repo=str(REPO)), str(root), stage],
-                            env=script_environment(**environment(*faults)), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", _KILLED_EXPORT.format(repo=str(REPO)), str(root), stage],
+        env=script_environment(**environment(*faults)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == -9, result.stdout + result.stderr[-3000:]
     expected = [1, 2] if stage == "published" else [1]
     assert list_versions(root) == expected
@@ -328,18 +385,35 @@ def test_a_killed_export_process_leaves_no_version_or_a_complete_one(stage, tmp_
     assert float(tf.saved_model.load(str(served)).v.numpy()) == expected[-1]
     leftovers = _hidden(root)  # hidden names, ignored by TF Serving and resolve_saved_model
     assert leftovers and all(entry.startswith((".2.claim-", ".2.tmp-")) for entry in leftovers)
-    assert publish_version(root, _write_fake("x")) == root / "3"  # the killed export's claim still holds 2
+    assert (
+        publish_version(root, _write_fake("x")) == root / "3"
+    )  # the killed export's claim still holds 2
 
 
 def test_resolve_saved_model_skips_incomplete_versions_with_a_warning(tmp_path, caplog):
     root = tmp_path / "models"
     _restore({f"1/{relative}": b"1" for relative in FAKE_VERSION_FILES}, root)
-    _restore({f"2/{relative}": b"2" for relative in FAKE_VERSION_FILES if relative != "saved_model.pb"}, root)
-    _restore({f"3/{relative}": b"3" for relative in FAKE_VERSION_FILES
-              if relative != "variables/variables.data-00000-of-00001"}, root)
+    _restore(
+        {f"2/{relative}": b"2" for relative in FAKE_VERSION_FILES if relative != "saved_model.pb"},
+        root,
+    )
+    _restore(
+        {
+            f"3/{relative}": b"3"
+            for relative in FAKE_VERSION_FILES
+            if relative != "variables/variables.data-00000-of-00001"
+        },
+        root,
+    )
     (root / "3" / "variables" / "variables.data-00000-of-00002").write_bytes(b"3")
-    _restore({f"4/{relative}": b"4" for relative in FAKE_VERSION_FILES
-              if relative != "variables/variables.index"}, root)
+    _restore(
+        {
+            f"4/{relative}": b"4"
+            for relative in FAKE_VERSION_FILES
+            if relative != "variables/variables.index"
+        },
+        root,
+    )
     (root / "5").mkdir()
     with caplog.at_level(logging.WARNING, logger="absl"):
         assert resolve_saved_model(root) == root / "1"
@@ -349,8 +423,11 @@ def test_resolve_saved_model_skips_incomplete_versions_with_a_warning(tmp_path, 
         f"Skipped version 3 of {root}: it lacks variables/variables.data-00001-of-00002",
         f"Skipped version 2 of {root}: it lacks saved_model.pb",
     ]
-    with pytest.raises(FileNotFoundError, match=f"^{root}/3 is an incomplete SavedModel: it lacks "
-                                                "variables/variables.data-00001-of-00002$"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"^{root}/3 is an incomplete SavedModel: it lacks "
+        "variables/variables.data-00001-of-00002$",
+    ):
         resolve_saved_model(root / "3")
     fs.rmtree(root / "1")
     with pytest.raises(FileNotFoundError, match=f"^No complete version in {root}: "):
@@ -363,7 +440,9 @@ def test_version_1_is_published_beside_version_10(kind, tmp_path):
     root = _root(kind, tmp_path)
     publish_version(root, _write_fake("10"), version=10)
     assert fs.name(publish_version(root, _write_fake("1"), version=1)) == "1"
-    assert list_versions(root) == [1, 10] and fs.read_text(fs.join(root, "1", "saved_model.pb")) == "1"
+    assert (
+        list_versions(root) == [1, 10] and fs.read_text(fs.join(root, "1", "saved_model.pb")) == "1"
+    )
 
 
 def test_a_written_version_without_its_variables_is_not_published(tmp_path):
@@ -373,8 +452,11 @@ def test_a_written_version_without_its_variables_is_not_published(tmp_path):
         _write_fake("1")(directory)
         fs.remove(fs.join(directory, "variables", "variables.index"))
 
-    with pytest.raises(FileNotFoundError, match=rf"^The SavedModel written to {root}/\.1\.tmp-\w+ lacks "
-                                                r"variables/variables\.index$"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"^The SavedModel written to {root}/\.1\.tmp-\w+ lacks "
+        r"variables/variables\.index$",
+    ):
         publish_version(root, write)
     assert fs.listdir(root) == []
 
@@ -393,7 +475,9 @@ def _local_model(tmp_path, content):
 
 
 @pytest.mark.parametrize("kind", ["local", "ram"])
-def test_a_replaced_directory_is_old_new_or_marked_incomplete_at_every_call(kind, tmp_path, recorded):
+def test_a_replaced_directory_is_old_new_or_marked_incomplete_at_every_call(
+    kind, tmp_path, recorded
+):
     target = fs.join(_root(kind, tmp_path), "ct2")
     fs.publish_dir(_local_model(tmp_path, "old"), target, last=("model.bin",))
     with pytest.raises(FileExistsError, match=f"^{target} exists$"):
@@ -403,12 +487,18 @@ def test_a_replaced_directory_is_old_new_or_marked_incomplete_at_every_call(kind
         fs.publish_dir(tmp_path / "model-new", target, replace=True, last=("model.bin",))
     states = set()
     for tree in filesystem.recorder.trees:
-        files = {name[len("ct2/"):]: content for name, content in tree.items() if name.startswith("ct2/")}
+        files = {
+            name[len("ct2/") :]: content
+            for name, content in tree.items()
+            if name.startswith("ct2/")
+        }
         if "model.bin" in files:  # whoever sees model.bin sees one whole model
             assert set(files) == set(MODEL_FILES) and len(set(files.values())) == 1, files
             states.add(files["model.bin"].decode())
         else:
-            assert kind == "ram" or not files, files  # on a local disk: absent between the two renames
+            assert kind == "ram" or not files, (
+                files
+            )  # on a local disk: absent between the two renames
             states.add("incomplete" if files else "absent")
     assert {"old", "new", "absent"} <= states <= {"old", "new", "absent", "incomplete"}
     assert [fs.read_text(fs.join(target, name)) for name in MODEL_FILES] == ["new"] * 4
@@ -420,10 +510,15 @@ def test_a_failed_replace_keeps_the_old_directory(kind, tmp_path):
     target = fs.join(_root(kind, tmp_path), "ct2")
     fs.publish_dir(_local_model(tmp_path, "old"), target, last=("model.bin",))
     new = _local_model(tmp_path, "new")
-    calls = _calls(kind, tmp_path, lambda root: (fs.publish_dir(new, fs.join(root, "ct2"), last=("model.bin",)),
-                                                 fs.publish_dir(new, fs.join(root, "ct2"), replace=True,
-                                                                last=("model.bin",))))
-    renames = calls[len(calls) // 2:].count("gfile.rename")  # those of the replacing publish
+    calls = _calls(
+        kind,
+        tmp_path,
+        lambda root: (
+            fs.publish_dir(new, fs.join(root, "ct2"), last=("model.bin",)),
+            fs.publish_dir(new, fs.join(root, "ct2"), replace=True, last=("model.bin",)),
+        ),
+    )
+    renames = calls[len(calls) // 2 :].count("gfile.rename")  # those of the replacing publish
     for index in range(renames):
         fault = Fault("gfile.rename", after=index, when="before")
         with FaultyFilesystem(fault), pytest.raises(OSError):
@@ -439,7 +534,9 @@ def test_a_replaced_checkpoint_reads_whole_whenever_its_index_exists(kind, tmp_p
 
     def publish(value):  # each write's own size: an index read with another write's data fails
         with fs.staging(prefix, exist_ok=True) as staged:
-            tf.train.Checkpoint(v=tf.Variable([value] * int(value * 1000))).write(str(fs.join(staged, "ckpt-4")))
+            tf.train.Checkpoint(v=tf.Variable([value] * int(value * 1000))).write(
+                str(fs.join(staged, "ckpt-4"))
+            )
             fs.publish_prefix(fs.join(staged, "ckpt-4"), prefix)
 
     publish(1.0)
@@ -451,7 +548,9 @@ def test_a_replaced_checkpoint_reads_whole_whenever_its_index_exists(kind, tmp_p
         copy = _copy_root(kind, tmp_path, index)
         _restore(tree, copy)
         if "ckpt-4.index" in tree:
-            reader = tf.compat.v1.train.NewCheckpointReader(str(fs.join(copy, "ckpt-4")))  # no directory check: ram://
+            reader = tf.compat.v1.train.NewCheckpointReader(
+                str(fs.join(copy, "ckpt-4"))
+            )  # no directory check: ram://
             value = reader.get_tensor("v/.ATTRIBUTES/VARIABLE_VALUE")
             seen.add(tuple(value))
     assert seen == {(1.0,) * 1000, (2.0,) * 2000}

@@ -10,7 +10,16 @@ import tensorflow as tf
 
 from keras_transformer import MultiHeadAttention, SharedEmbedding, Transformer
 from keras_transformer.decoding import beam_search, recompute_beam_search
-from tests.test_transformer import SOURCE, TARGET, TINY, VARIANTS, as_numpy, cached_logits, logits_of, tiny_config
+from tests.test_transformer import (
+    SOURCE,
+    TARGET,
+    TINY,
+    VARIANTS,
+    as_numpy,
+    cached_logits,
+    logits_of,
+    tiny_config,
+)
 
 # Relative RMS error of int8 outputs against float32 (||int8 - float|| / ||float||).
 # Rounding to int8 moves each weight and each activation by at most half a step, 1/254 of
@@ -52,10 +61,19 @@ def test_quantize_makes_every_weight_matrix_int8(variant):
         warnings.simplefilter("always")
         model, _ = quantized_model(variant)
     # Keras warns about layers without `quantize`: of ours, only about the one holding a matrix.
-    unquantized = [str(warning.message) for warning in caught if "does not have a `quantize`" in str(warning.message)]
+    unquantized = [
+        str(warning.message)
+        for warning in caught
+        if "does not have a `quantize`" in str(warning.message)
+    ]
     learned = variant == "learned_positions"  # a source and a target table
-    assert unquantized == ["Layer PositionEmbedding does not have a `quantize` method implemented."] * 2 * learned
-    matrices = [weight for weight in model.weights if weight.path.endswith(("kernel", "embeddings"))]
+    assert (
+        unquantized
+        == ["Layer PositionEmbedding does not have a `quantize` method implemented."] * 2 * learned
+    )
+    matrices = [
+        weight for weight in model.weights if weight.path.endswith(("kernel", "embeddings"))
+    ]
     left_float = [weight.path for weight in matrices if weight.dtype != "int8"]
     assert left_float == (
         ["source_position_embedding/embeddings", "target_position_embedding/embeddings"]
@@ -66,10 +84,14 @@ def test_quantize_makes_every_weight_matrix_int8(variant):
     for weight in matrices:
         if weight.dtype == "int8":  # each with its float32 scale, one per output channel
             assert paths[weight.path + "_scale"].dtype == "float32"
-    attention = [layer for layer in model._flatten_layers() if isinstance(layer, MultiHeadAttention)]
+    attention = [
+        layer for layer in model._flatten_layers() if isinstance(layer, MultiHeadAttention)
+    ]
     assert len(attention) == TINY["num_encoder_layers"] + 2 * TINY["num_decoder_layers"]
     kernel_layers = [
-        layer for layer in model._flatten_layers() if isinstance(layer, (MultiHeadAttention, SharedEmbedding, keras.layers.Dense))
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, (MultiHeadAttention, SharedEmbedding, keras.layers.Dense))
     ]
     assert {layer.dtype_policy.name for layer in kernel_layers} == {"int8_from_float32"}
     names = {layer.path for layer in kernel_layers}
@@ -81,7 +103,11 @@ def test_quantize_makes_every_weight_matrix_int8(variant):
 def test_attention_projections_are_int8_with_one_scale_per_output_channel(quantized):
     model, _ = quantized
     attention = model.decoder_layers[0].cross_attention
-    heads, depth, width = TINY["num_heads"], TINY["hidden_dim"] // TINY["num_heads"], TINY["hidden_dim"]
+    heads, depth, width = (
+        TINY["num_heads"],
+        TINY["hidden_dim"] // TINY["num_heads"],
+        TINY["hidden_dim"],
+    )
     for name in ("query", "key", "value"):
         assert tuple(getattr(attention, f"{name}_kernel").shape) == (width, heads, depth)
         assert tuple(getattr(attention, f"{name}_kernel_scale").shape) == (heads, depth)
@@ -108,7 +134,10 @@ def test_quantized_layers_alone_are_close_to_float32():
     """Each layer's own int8 path: attention (and its encoder-decoder cache), the embedding
     lookup and the tied output projection."""
     rng = np.random.default_rng(0)
-    query, memory = rng.standard_normal((2, 5, 16)).astype("float32"), rng.standard_normal((2, 7, 16)).astype("float32")
+    query, memory = (
+        rng.standard_normal((2, 5, 16)).astype("float32"),
+        rng.standard_normal((2, 7, 16)).astype("float32"),
+    )
     attention = MultiHeadAttention(num_heads=2)
     attention(query, memory)
     float_outputs, float_cache = as_numpy(attention(query, memory)), attention.compute_cache(memory)
@@ -138,8 +167,14 @@ def test_gradients_pass_the_int8_projections_as_the_float_ones():
         with tf.GradientTape() as tape:
             log_probs = tf.nn.log_softmax(model({"source_ids": SOURCE, "target_ids": TARGET}))
             loss = -tf.reduce_sum(tf.gather(log_probs[:, :-1], TARGET[:, 1:], batch_dims=2))
-        variables = [weight for weight in model.trainable_weights if not weight.path.endswith(("kernel", "embeddings"))]
-        return np.concatenate([as_numpy(gradient).ravel() for gradient in tape.gradient(loss, variables)])
+        variables = [
+            weight
+            for weight in model.trainable_weights
+            if not weight.path.endswith(("kernel", "embeddings"))
+        ]
+        return np.concatenate(
+            [as_numpy(gradient).ravel() for gradient in tape.gradient(loss, variables)]
+        )
 
     float_gradients = gradients()
     model.quantize("int8")
@@ -154,7 +189,9 @@ def test_keras_file_round_trip_gives_identical_outputs(quantized, tmp_path):
     model.save(tmp_path / "int8.keras")
     loaded = keras.saving.load_model(tmp_path / "int8.keras")
     np.testing.assert_allclose(logits_of(loaded), logits_of(model), rtol=0, atol=SAVE_LOAD_ATOL)
-    assert [(weight.path, weight.dtype) for weight in loaded.weights] == [(w.path, w.dtype) for w in model.weights]
+    assert [(weight.path, weight.dtype) for weight in loaded.weights] == [
+        (w.path, w.dtype) for w in model.weights
+    ]
     for saved, restored in zip(model.weights, loaded.weights):
         np.testing.assert_array_equal(as_numpy(restored), as_numpy(saved))
 
@@ -218,9 +255,16 @@ def test_cached_beam_search_equals_recomputing_the_prefix_after_quantization(qua
 def test_a_mode_our_layers_lack_is_a_one_line_error_and_changes_nothing(mode):
     keras.utils.set_random_seed(0)
     model = Transformer(tiny_config())
-    expected = f"Invalid quantization mode. Expected one of ('int8',). Received: quantization_mode={mode}"
-    for filters in (None, lambda layer: not isinstance(layer, MultiHeadAttention)):  # also when no attention layer
-        with pytest.raises(NotImplementedError) as error:  # would raise first (Keras would quantize the Dense layers)
+    expected = (
+        f"Invalid quantization mode. Expected one of ('int8',). Received: quantization_mode={mode}"
+    )
+    for filters in (
+        None,
+        lambda layer: not isinstance(layer, MultiHeadAttention),
+    ):  # also when no attention layer
+        with pytest.raises(
+            NotImplementedError
+        ) as error:  # would raise first (Keras would quantize the Dense layers)
             model.quantize(mode, filters=filters)
         assert str(error.value) == expected
     assert {weight.dtype for weight in model.weights} == {"float32"}
@@ -265,10 +309,17 @@ def test_quantizing_collects_the_heap_once_and_leaves_the_collector_as_it_found_
         attention.quantize("int8")
     finally:
         gc.callbacks.remove(record)
-    model_collections, layer_collections = full_collections[:collections_before], full_collections[collections_before:]
+    model_collections, layer_collections = (
+        full_collections[:collections_before],
+        full_collections[collections_before:],
+    )
     assert len(model_collections) > 20  # Keras' own, one per float kernel removed
-    assert sum(skipped == 0 for skipped in model_collections) == 1, model_collections  # the last one
-    assert len(layer_collections) == 5 and sum(skipped == 0 for skipped in layer_collections) == 1, layer_collections
+    assert sum(skipped == 0 for skipped in model_collections) == 1, (
+        model_collections
+    )  # the last one
+    assert (
+        len(layer_collections) == 5 and sum(skipped == 0 for skipped in layer_collections) == 1
+    ), layer_collections
     assert gc.get_freeze_count() == 0
     gc.freeze()
     try:

@@ -34,7 +34,9 @@ def test_config_round_trip(tmp_path):
 
 def test_load_run_reads_the_latest_or_the_average(trained_run):
     latest, _, config = runs.load_run(trained_run)
-    first, _, _ = runs.load_run(trained_run, checkpoint=runs.checkpoint_paths(runs.checkpoint_dir(trained_run))[0])
+    first, _, _ = runs.load_run(
+        trained_run, checkpoint=runs.checkpoint_paths(runs.checkpoint_dir(trained_run))[0]
+    )
     averaged, _, _ = runs.load_run(trained_run, average_last=2)
     assert config.hidden_dim == TRAINED_RUN_CONFIG["hidden_dim"]
     for a, b, mean in zip(latest.get_weights(), first.get_weights(), averaged.get_weights()):
@@ -91,22 +93,38 @@ def _damage(path, how):
         data.unlink()
 
 
-@pytest.mark.parametrize("how, reason", [
-    ("truncated data", "a data file is shorter than its index says (truncated: Read less bytes than requested)"),
-    ("a flipped data byte", "DataLossError: TensorBundle at {path} shard 0 "),
-    ("truncated index", "OpError: file is too short to be an sstable"),
-    ("no index", "its index file is missing"),
-    ("no data", "its data files are missing"),
-])
+@pytest.mark.parametrize(
+    "how, reason",
+    [
+        (
+            "truncated data",
+            "a data file is shorter than its index says (truncated: Read less bytes than requested)",
+        ),
+        ("a flipped data byte", "DataLossError: TensorBundle at {path} shard 0 "),
+        ("truncated index", "OpError: file is too short to be an sstable"),
+        ("no index", "its index file is missing"),
+        ("no data", "its data files are missing"),
+    ],
+)
 def test_damage_is_told_from_its_files(trained_run, run_model, tmp_path, how, reason):
     run = shutil.copytree(trained_run, tmp_path / "run")
     path = run / "checkpoints" / f"ckpt-{TRAINED_RUN_STEPS}"
     _damage(path, how)
-    assert runs.damage_reason(path, _read_error(run_model[0], path)).startswith(reason.format(path=path))
+    assert runs.damage_reason(path, _read_error(run_model[0], path)).startswith(
+        reason.format(path=path)
+    )
 
 
-@pytest.mark.parametrize("error", [tf.errors.UnavailableError, tf.errors.PermissionDeniedError,
-                                   tf.errors.DeadlineExceededError, tf.errors.NotFoundError, tf.errors.OpError])
+@pytest.mark.parametrize(
+    "error",
+    [
+        tf.errors.UnavailableError,
+        tf.errors.PermissionDeniedError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.NotFoundError,
+        tf.errors.OpError,
+    ],
+)
 def test_errors_of_the_storage_are_not_damage(trained_run, run_model, error):
     """A checkpoint whose files are all there is not damaged, whatever its read raised (the reader reports most
     failures as a plain OpError; a NotFoundError for a variable the checkpoint lacks is a mismatch)."""
@@ -123,9 +141,17 @@ def test_the_state_file_lists_full_paths_and_a_storage_error_is_not_damage(train
 
     directory = runs.checkpoint_dir(trained_run)
     state = runs.checkpoint_state(directory)
-    assert "ckpt-" in (directory / "checkpoint").read_text() and str(directory) not in (directory / "checkpoint").read_text()
-    assert list(state.all_model_checkpoint_paths) == [str(directory / "ckpt-60"), str(directory / "ckpt-120")]
+    assert (
+        "ckpt-" in (directory / "checkpoint").read_text()
+        and str(directory) not in (directory / "checkpoint").read_text()
+    )
+    assert list(state.all_model_checkpoint_paths) == [
+        str(directory / "ckpt-60"),
+        str(directory / "ckpt-120"),
+    ]
     assert state.model_checkpoint_path == str(directory / "ckpt-120")
-    with FaultyFilesystem(Fault("gfile.GFile", path="checkpoint", error=tf.errors.UnavailableError)):
+    with FaultyFilesystem(
+        Fault("gfile.GFile", path="checkpoint", error=tf.errors.UnavailableError)
+    ):
         with pytest.raises(OSError, match="injected UnavailableError"):
             runs.checkpoint_state(directory)

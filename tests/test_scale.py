@@ -25,8 +25,13 @@ def records(tmp_path_factory):
     """`{case: record}`; `KT_SCALE_CASES=a,b` runs only those cases (for a quick rerun of one test)."""
     out_dir = tmp_path_factory.mktemp("scale")
     cases = os.environ.get("KT_SCALE_CASES", ",".join(CASES)).split(",")
-    process = subprocess.run([sys.executable, HARNESS, str(out_dir), *cases], capture_output=True, text=True,
-                             timeout=1200, env=script_environment())
+    process = subprocess.run(
+        [sys.executable, HARNESS, str(out_dir), *cases],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=script_environment(),
+    )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     found = {}
     for case in cases:
@@ -46,26 +51,43 @@ def test_uneven_and_empty_replica_batches_make_the_one_device_updates(records, c
 
 
 @pytest.mark.parametrize("precision, accum", OVERFLOW_RUNS)
-def test_a_nonfinite_gradient_on_the_second_replica_only_is_never_applied(records, precision, accum):
-    overflow, reference = records[f"overflow_{precision}_accum{accum}"], records[f"reference_{precision}_accum{accum}"]
+def test_a_nonfinite_gradient_on_the_second_replica_only_is_never_applied(
+    records, precision, accum
+):
+    overflow, reference = (
+        records[f"overflow_{precision}_accum{accum}"],
+        records[f"reference_{precision}_accum{accum}"],
+    )
     assert overflow["step"] == reference["step"] == 2  # the dropped update is not a step
     assert overflow["skipped"] == 1 and reference["skipped"] == 0
     assert np.isfinite(overflow["weights"]).all()
     # The updates of a run that never saw the bad batch: exactly in float32; under float16 the
     # loss scales differ by a power of two, which float16 kernels with AVX-512 (not with AVX2)
     # round differently, by up to 2e-7 seen.
-    np.testing.assert_allclose(overflow["weights"], reference["weights"], rtol=0,
-                               atol=1e-6 if precision == "mixed_float16" else 0)
+    np.testing.assert_allclose(
+        overflow["weights"],
+        reference["weights"],
+        rtol=0,
+        atol=1e-6 if precision == "mixed_float16" else 0,
+    )
     if precision == "mixed_float16":
-        assert overflow["loss_scale"] == reference["loss_scale"] / 2  # lowered once, for every replica
+        assert (
+            overflow["loss_scale"] == reference["loss_scale"] / 2
+        )  # lowered once, for every replica
 
 
 def test_consecutive_skips_stop_naming_the_step_and_the_scale(records):
     record = records["consecutive_skips"]
     assert record["error"] == (
         "Training diverged: 3 updates in a row skipped for non-finite values, attempting step 1, loss scale 32 "
-        "(max_consecutive_skips=3). The last good checkpoint is None.")
-    assert record["step"] == 0 and record["skipped"] == 3 and record["loss_scale"] == 32.0 and record["finite"]
+        "(max_consecutive_skips=3). The last good checkpoint is None."
+    )
+    assert (
+        record["step"] == 0
+        and record["skipped"] == 3
+        and record["loss_scale"] == 32.0
+        and record["finite"]
+    )
 
 
 def test_replicas_draw_different_dropout_masks_and_reruns_the_same(records):
@@ -82,7 +104,7 @@ def test_over_a_run_each_replica_draws_its_own_masks_at_the_rate(records):
     # offset that equalled a few of the generator's steps would repeat the other's masks there).
     for shift in (0, 1, 2):
         for first, second in ((0, 1), (1, 0)):
-            r, bound = correlation(masks[shift:, first], masks[:len(masks) - shift, second])
+            r, bound = correlation(masks[shift:, first], masks[: len(masks) - shift, second])
             assert abs(r) < bound, (shift, first, second, r)
     # Over the run, each unit is kept as often as independent draws keep it, on both replicas.
     assert abs(z_of_dispersion(masks.reshape(-1, masks.shape[-1]), p)) < 5
@@ -94,7 +116,9 @@ def test_resumed_run_with_dropout_on_two_replicas_equals_the_uninterrupted_one(r
     assert once["batches_drawn"] == split["batches_drawn"] == 2 * 6
     np.testing.assert_array_equal(rerun["weights"], once["weights"])  # the same seed, the same run
     np.testing.assert_allclose(split["weights"], once["weights"], rtol=0, atol=1e-6)
-    assert np.abs(once["weights"] - records["resume_changed_reference"]["weights"]).max() > 1e-3  # dropout acts
+    assert (
+        np.abs(once["weights"] - records["resume_changed_reference"]["weights"]).max() > 1e-3
+    )  # dropout acts
 
 
 def test_resume_with_other_replicas_and_accumulation_continues_at_the_same_examples(records):
@@ -110,8 +134,9 @@ def test_fit_never_applies_a_nonfinite_gradient_of_either_replica(records, case)
     assert overflow["iterations"] == reference["iterations"]  # the dropped update is not counted
     # Under float16 the reference's gradients, at twice the scale, round a little differently:
     # up to 1e-4 seen with AVX2, 1.6e-4 with AVX-512.
-    np.testing.assert_allclose(overflow["weights"], reference["weights"], rtol=0,
-                               atol=5e-4 if "float16" in case else 0)
+    np.testing.assert_allclose(
+        overflow["weights"], reference["weights"], rtol=0, atol=5e-4 if "float16" in case else 0
+    )
     if "float16" in case:
         assert overflow["loss_scale"] == reference["loss_scale"] / 2
 
@@ -125,8 +150,11 @@ def test_fit_reports_the_token_weighted_loss_for_any_split_of_the_last_batch(rec
     np.testing.assert_allclose(mirrored["weights"], one_device["weights"], rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["fit_reference_float32_accum2", "fit_reference_float32_accum2_one_device"])
+@pytest.mark.parametrize(
+    "case", ["fit_reference_float32_accum2", "fit_reference_float32_accum2_one_device"]
+)
 def test_fit_accumulates_on_two_replicas_and_one_device_as_keras_does_on_one_device(records, case):
-    np.testing.assert_allclose(records[case]["weights"], records["fit_accumulation_by_hand"]["weights"],
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        records[case]["weights"], records["fit_accumulation_by_hand"]["weights"], rtol=0, atol=1e-6
+    )
     assert records[case]["iterations"] == 2

@@ -18,11 +18,23 @@ CONFIG = get_preset("tiny", beam_size=6, length_penalty=1.0, max_output_offset=1
 
 def test_from_config_takes_the_run_settings_and_explicit_overrides():
     options = SearchOptions.from_config(CONFIG, "beam")
-    assert (options.method, options.beam_size, options.length_penalty, options.max_output_offset) == ("beam", 6, 1.0, 10)
+    assert (
+        options.method,
+        options.beam_size,
+        options.length_penalty,
+        options.max_output_offset,
+    ) == ("beam", 6, 1.0, 10)
     assert options.kwargs() == {"beam_size": 6, "length_penalty": 1.0, "max_output_offset": 10}
     # None is "not given" (an absl flag without a value): the config's value stays.
-    overridden = SearchOptions.from_config(CONFIG, "beam", beam_size=2, length_penalty=None, num_return=2)
-    assert overridden.kwargs() == {"beam_size": 2, "length_penalty": 1.0, "max_output_offset": 10, "num_return": 2}
+    overridden = SearchOptions.from_config(
+        CONFIG, "beam", beam_size=2, length_penalty=None, num_return=2
+    )
+    assert overridden.kwargs() == {
+        "beam_size": 2,
+        "length_penalty": 1.0,
+        "max_output_offset": 10,
+        "num_return": 2,
+    }
     sampling = SearchOptions.from_config(CONFIG, "sample", temperature=0.5, seed=3)
     assert sampling.kwargs() == {"max_output_offset": 10, "temperature": 0.5, "seed": 3}
     assert SearchOptions.from_config(CONFIG, "greedy").kwargs() == {"max_output_offset": 10}
@@ -34,17 +46,45 @@ def test_from_config_takes_the_run_settings_and_explicit_overrides():
     "method, overrides, message",
     [
         ("beam", dict(beam_size=0), "beam_size must be a positive integer. Received: beam_size=0"),
-        ("beam", dict(length_penalty=-0.1), "length_penalty must be a number >= 0. Received: length_penalty=-0.1"),
-        ("beam", dict(length_penalty=float("nan")), "length_penalty must be a number >= 0. Received: length_penalty=nan"),
-        ("beam", dict(max_output_offset=-1), "max_output_offset must be an integer >= 0. Received: max_output_offset=-1"),
-        ("beam", dict(num_return=7), "num_return must be in \\[1, beam_size\\]. Received: num_return=7, beam_size=6"),
-        ("sample", dict(temperature=0.0), "temperature must be a number > 0. Received: temperature=0.0"),
+        (
+            "beam",
+            dict(length_penalty=-0.1),
+            "length_penalty must be a number >= 0. Received: length_penalty=-0.1",
+        ),
+        (
+            "beam",
+            dict(length_penalty=float("nan")),
+            "length_penalty must be a number >= 0. Received: length_penalty=nan",
+        ),
+        (
+            "beam",
+            dict(max_output_offset=-1),
+            "max_output_offset must be an integer >= 0. Received: max_output_offset=-1",
+        ),
+        (
+            "beam",
+            dict(num_return=7),
+            "num_return must be in \\[1, beam_size\\]. Received: num_return=7, beam_size=6",
+        ),
+        (
+            "sample",
+            dict(temperature=0.0),
+            "temperature must be a number > 0. Received: temperature=0.0",
+        ),
         ("sample", dict(top_p=1.5), "top_p must be in \\(0, 1\\]. Received: top_p=1.5"),
         ("sample", dict(top_k=-2), "top_k must be an integer >= 0. Received: top_k=-2"),
-        ("greedy", dict(beam_size=4), "beam_size does not apply to method='greedy'; it takes max_output_offset, max_length"),
+        (
+            "greedy",
+            dict(beam_size=4),
+            "beam_size does not apply to method='greedy'; it takes max_output_offset, max_length",
+        ),
         ("beam", dict(top_k=5, seed=1), "seed, top_k do not apply to method='beam'"),
         ("beam", dict(beams=5), "Unknown search options \\['beams'\\]"),
-        ("viterbi", {}, "method must be one of \\['beam', 'greedy', 'sample'\\]. Received: method='viterbi'"),
+        (
+            "viterbi",
+            {},
+            "method must be one of \\['beam', 'greedy', 'sample'\\]. Received: method='viterbi'",
+        ),
     ],
 )
 def test_bad_settings_are_named(method, overrides, message):
@@ -53,11 +93,23 @@ def test_bad_settings_are_named(method, overrides, message):
 
 
 def test_the_config_and_the_search_refuse_what_search_options_refuse():
-    with pytest.raises(ValueError, match="length_penalty must be a number >= 0. Received: length_penalty=-1.0"):
+    with pytest.raises(
+        ValueError, match="length_penalty must be a number >= 0. Received: length_penalty=-1.0"
+    ):
         get_preset("tiny", length_penalty=-1.0)
-    model = Transformer(get_preset("tiny", vocabulary_size=32, num_encoder_layers=1, num_decoder_layers=1,
-                                   hidden_dim=32, num_heads=2))
-    with pytest.raises(ValueError, match="length_penalty must be a number >= 0. Received: length_penalty=-0.5"):
+    model = Transformer(
+        get_preset(
+            "tiny",
+            vocabulary_size=32,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            hidden_dim=32,
+            num_heads=2,
+        )
+    )
+    with pytest.raises(
+        ValueError, match="length_penalty must be a number >= 0. Received: length_penalty=-0.5"
+    ):
         beam_search(model, [[5, 6, 3]], length_penalty=-0.5, max_length=4)
     with pytest.raises(ValueError, match="num_return must be in"):
         beam_search(model, [[5, 6, 3]], beam_size=2, num_return=3, max_length=4)
@@ -99,23 +151,38 @@ def parse_search_flags(*argv, method=True, sampling=True):
 def test_scripts_resolve_the_run_config_with_the_flags_given():
     resolved = cli.search_options(RUN_CONFIG, parse_search_flags())
     assert resolved == SearchOptions("beam", beam_size=2, length_penalty=1.0, max_output_offset=7)
-    resolved = cli.search_options(RUN_CONFIG, parse_search_flags("--beam_size=3", "--max_output_offset=9"))
+    resolved = cli.search_options(
+        RUN_CONFIG, parse_search_flags("--beam_size=3", "--max_output_offset=9")
+    )
     assert (resolved.beam_size, resolved.length_penalty, resolved.max_output_offset) == (3, 1.0, 9)
     greedy = cli.search_options(RUN_CONFIG, parse_search_flags("--method=greedy"))
     assert greedy.kwargs() == {"max_output_offset": 7}
-    sample = cli.search_options(RUN_CONFIG, parse_search_flags("--method=sample", "--top_k=5", "--seed=1"))
+    sample = cli.search_options(
+        RUN_CONFIG, parse_search_flags("--method=sample", "--top_k=5", "--seed=1")
+    )
     assert sample.kwargs() == {"max_output_offset": 7, "top_k": 5, "seed": 1}
     # A beam-only script (export.py, benchmark_decode.py): no --method, no sampling flags.
-    beam_only = cli.search_options(RUN_CONFIG, parse_search_flags("--length_penalty=0.2", method=False, sampling=False),
-                                   method="beam")
+    beam_only = cli.search_options(
+        RUN_CONFIG,
+        parse_search_flags("--length_penalty=0.2", method=False, sampling=False),
+        method="beam",
+    )
     assert (beam_only.beam_size, beam_only.length_penalty) == (2, 0.2)
     with pytest.raises(app.UsageError, match="beam_size does not apply to method='greedy'"):
         cli.search_options(RUN_CONFIG, parse_search_flags("--method=greedy", "--beam_size=3"))
-    with pytest.raises(app.UsageError, match="beam_size must be a positive integer. Received: beam_size=0"):
+    with pytest.raises(
+        app.UsageError, match="beam_size must be a positive integer. Received: beam_size=0"
+    ):
         cli.search_options(RUN_CONFIG, parse_search_flags("--beam_size=0"))
 
 
-SEARCH_SCRIPTS = ("translate.py", "evaluate.py", "export.py", "score_checkpoints.py", "benchmark_decode.py")
+SEARCH_SCRIPTS = (
+    "translate.py",
+    "evaluate.py",
+    "export.py",
+    "score_checkpoints.py",
+    "benchmark_decode.py",
+)
 SEARCH_SETTINGS = set(cli.SEARCH_FLAGS) | {"beam_size", "length_penalty", "max_output_offset"}
 
 
@@ -130,11 +197,23 @@ def test_every_search_script_resolves_its_settings_through_cli_search_options(sc
     tree = ast.parse((REPO / "experiments" / script).read_text(encoding="utf-8"))
     called = {ast.unparse(call.func) for call in _calls(tree)}
     assert "cli.search_options" in called
-    defined = {call.args[0].value for call in _calls(tree)
-               if ast.unparse(call.func).startswith("flags.DEFINE") and call.args and isinstance(call.args[0], ast.Constant)}
-    assert not defined & SEARCH_SETTINGS, f"{script} defines {sorted(defined & SEARCH_SETTINGS)} itself"
-    read = {node.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "FLAGS" and node.attr in SEARCH_SETTINGS}
+    defined = {
+        call.args[0].value
+        for call in _calls(tree)
+        if ast.unparse(call.func).startswith("flags.DEFINE")
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    }
+    assert not defined & SEARCH_SETTINGS, (
+        f"{script} defines {sorted(defined & SEARCH_SETTINGS)} itself"
+    )
+    read = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and ast.unparse(node.value) == "FLAGS"
+        and node.attr in SEARCH_SETTINGS
+    }
     assert not read, f"{script} reads --{', --'.join(sorted(read))} past cli.search_options"
 
 
@@ -144,19 +223,34 @@ def test_no_search_setting_is_written_as_a_literal_outside_options():
     settings = {"beam_size", "length_penalty", "max_output_offset"}
     paths = [REPO / "experiments" / name for name in (*SEARCH_SCRIPTS, "benchmark.py")]
     paths += sorted((REPO / "keras_transformer" / "benchmark").glob("*.py"))
-    paths += [REPO / "keras_transformer" / "evaluation" / "evaluate.py", REPO / "keras_transformer" / "cli.py"]
+    paths += [
+        REPO / "keras_transformer" / "evaluation" / "evaluate.py",
+        REPO / "keras_transformer" / "cli.py",
+    ]
     found = []
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for call in _calls(tree):
-            found += [(path.name, k.arg) for k in call.keywords
-                      if k.arg in settings and isinstance(k.value, ast.Constant) and k.value.value is not None]
+            found += [
+                (path.name, k.arg)
+                for k in call.keywords
+                if k.arg in settings
+                and isinstance(k.value, ast.Constant)
+                and k.value.value is not None
+            ]
         for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
             arguments = function.args.args + function.args.kwonlyargs
-            defaults = [None] * (len(function.args.args) - len(function.args.defaults)) + function.args.defaults
+            defaults = [None] * (
+                len(function.args.args) - len(function.args.defaults)
+            ) + function.args.defaults
             defaults += function.args.kw_defaults
-            found += [(path.name, f"{function.name}({argument.arg}=...)") for argument, default in zip(arguments, defaults)
-                      if argument.arg in settings and isinstance(default, ast.Constant) and default.value is not None]
+            found += [
+                (path.name, f"{function.name}({argument.arg}=...)")
+                for argument, default in zip(arguments, defaults)
+                if argument.arg in settings
+                and isinstance(default, ast.Constant)
+                and default.value is not None
+            ]
     assert not found
 
 
@@ -168,5 +262,7 @@ def test_evaluate_script_decodes_with_the_run_config(trained_run, tmp_path):
     payload = json.loads(config_file.read_text())
     payload["model"].update(beam_size=2, length_penalty=1.0, max_output_offset=7)
     config_file.write_text(json.dumps(payload))
-    stdout = run_script("evaluate.py", f"--model_dir={run}", "--split=test", "--max_sentences=2").stdout
+    stdout = run_script(
+        "evaluate.py", f"--model_dir={run}", "--split=test", "--max_sentences=2"
+    ).stdout
     assert "method=beam, beam_size=2, length_penalty=1.0, max_output_offset=7" in stdout

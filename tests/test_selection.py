@@ -49,7 +49,12 @@ def test_take_per_row_is_a_gather_with_one_batch_axis_in_a_graph_with_unknown_sh
     tensor = rng.normal(size=(3, 4, 5, 2)).astype("float32")  # (A, K, ...) with two trailing axes
     indices = rng.integers(0, 4, size=(3, 6)).astype("int32")  # (A, M), M > K: rows picked twice
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 4, None, 2], tf.float32), tf.TensorSpec([None, 6], tf.int32)])
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, 4, None, 2], tf.float32),
+            tf.TensorSpec([None, 6], tf.int32),
+        ]
+    )
     def take(tensor, indices):
         return selection.take_per_row(tensor, indices)
 

@@ -44,17 +44,27 @@ def test_documented_export_prints_what_the_docs_show(trained_run, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     progress = [line for line in result.stderr.splitlines() if line.startswith("... ")]
     printed = progress + result.stdout.splitlines()
-    assert [comparable(line) for line in printed] == [comparable(line) for line in documented], result.stdout
+    assert [comparable(line) for line in printed] == [comparable(line) for line in documented], (
+        result.stdout
+    )
     # Not masked: the settings, the signatures and the op count, line for line.
     for key in ("Settings: ", "Ops: ", "  translate_nbest(", "  translate_ids("):
-        assert [line for line in printed if line.startswith(key)] == [line for line in documented if line.startswith(key)]
+        assert [line for line in printed if line.startswith(key)] == [
+            line for line in documented if line.startswith(key)
+        ]
     # The op check command of the "## Op allowlist" section, on the same export.
     text = DOC.read_text(encoding="utf-8")
     command, listing = re.search(
-        r"```bash\n(python -m keras_transformer\.export\.ops_check [^\n]*)\n```\n\n```\n(.*?)\n```", text, flags=re.DOTALL
+        r"```bash\n(python -m keras_transformer\.export\.ops_check [^\n]*)\n```\n\n```\n(.*?)\n```",
+        text,
+        flags=re.DOTALL,
     ).groups()
     checked = subprocess.run(
-        [sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        [sys.executable, *shlex.split(command)[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env=script_environment(),
     )
     assert checked.returncode == 0, checked.stderr[-3000:]

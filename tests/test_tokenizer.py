@@ -21,8 +21,9 @@ from keras_transformer.data.tokenizer import (
 )
 
 MULTI30K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-pytestmark = pytest.mark.skipif(not MULTI30K_DIR.is_dir(),
-                                reason=f"Multi30k copy not found at {MULTI30K_DIR}")
+pytestmark = pytest.mark.skipif(
+    not MULTI30K_DIR.is_dir(), reason=f"Multi30k copy not found at {MULTI30K_DIR}"
+)
 
 VOCAB_SIZE = 500
 
@@ -35,8 +36,9 @@ def sentences() -> list[str]:
 
 @pytest.fixture(scope="module")
 def model_path(sentences, tmp_path_factory) -> Path:
-    return train_sentencepiece(sentences, tmp_path_factory.mktemp("spm") / "run" / "spm.model",
-                               vocabulary_size=VOCAB_SIZE)
+    return train_sentencepiece(
+        sentences, tmp_path_factory.mktemp("spm") / "run" / "spm.model", vocabulary_size=VOCAB_SIZE
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,7 @@ def test_model_file_and_reserved_ids(model_path, tokenizer):
     from keras_transformer.models import transformer
 
     assert transformer.PAD_ID == PAD_ID  # the model's copy (it does not import TensorFlow Text)
-    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (
-        0, 1, 2, 3)
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (0, 1, 2, 3)
     assert [tokenizer.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tokenizer.vocabulary_size == VOCAB_SIZE
     with pytest.raises(ValueError, match=f"Piece id {VOCAB_SIZE} is out of range"):
@@ -106,8 +107,8 @@ def test_detokenize_dense_and_ragged_ignores_specials(tokenizer):
     dense = np.zeros((2, width), np.int64)
     row0 = [BOS_ID] + first + [EOS_ID] + garbage
     row1 = second + [EOS_ID]
-    dense[0, :len(row0)] = row0
-    dense[1, :len(row1)] = row1
+    dense[0, : len(row0)] = row0
+    dense[1, : len(row1)] = row1
     expected = [b"A man is smiling.", b"Zwei Hunde."]
     assert tokenizer.detokenize(dense).numpy().tolist() == expected
     assert tokenizer.detokenize(tf.constant(dense, tf.int32)).numpy().tolist() == expected
@@ -130,7 +131,8 @@ def test_works_inside_tf_function(tokenizer, val_sentences):
 
     result = round_trip(tf.constant(val_sentences[:8]))
     assert [s.decode("utf-8") for s in result.numpy()] == [
-        _normalized(s) for s in val_sentences[:8]]
+        _normalized(s) for s in val_sentences[:8]
+    ]
 
 
 def test_survives_saved_model_export(tokenizer, tmp_path):
@@ -138,18 +140,21 @@ def test_survives_saved_model_export(tokenizer, tmp_path):
     module.tokenizer = tokenizer
     module.round_trip = tf.function(
         lambda strings: tokenizer.detokenize(tokenizer.tokenize(strings)),
-        input_signature=[tf.TensorSpec([None], tf.string)])
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
     tf.saved_model.save(module, str(tmp_path / "saved"))
     restored = tf.saved_model.load(str(tmp_path / "saved"))
     assert restored.round_trip(tf.constant(["Ein Hund rennt."])).numpy().tolist() == [
-        b"Ein Hund rennt."]
+        b"Ein Hund rennt."
+    ]
 
 
 def test_bytes_and_path_give_the_same_tokenizer(model_path, tokenizer, val_sentences):
     from_bytes = Tokenizer(model_path.read_bytes())
     assert from_bytes.model_proto == tokenizer.model_proto == model_path.read_bytes()
-    assert (from_bytes.tokenize(val_sentences).to_list()
-            == tokenizer.tokenize(val_sentences).to_list())
+    assert (
+        from_bytes.tokenize(val_sentences).to_list() == tokenizer.tokenize(val_sentences).to_list()
+    )
 
 
 def test_keras_hub_tokenizer_gives_identical_ids(tokenizer, val_sentences):
@@ -177,8 +182,10 @@ def test_sampler_draws_other_segmentations_of_the_same_text(tokenizer, sentences
         assert sum(row != b for row, b in zip(ids.to_list(), best)) > 0.5 * len(covered)
     assert first.to_list() != second.to_list()
     # Sampling splits words more finely: smaller alpha, longer sequences.
-    lengths = [int(tokenizer.sampler(alpha)(tf.constant(covered)).flat_values.shape[0])
-               for alpha in (0.1, 1.0)]
+    lengths = [
+        int(tokenizer.sampler(alpha)(tf.constant(covered)).flat_values.shape[0])
+        for alpha in (0.1, 1.0)
+    ]
     assert lengths[0] > 1.2 * lengths[1]
     assert lengths[1] >= int(tf.size(tokenizer.tokenize(covered).flat_values))
 
@@ -196,19 +203,24 @@ def test_training_is_deterministic(sentences, model_path, tmp_path):
 
 def test_sampling_follows_the_seed(sentences, tmp_path):
     def train(seed: int, name: str) -> bytes:
-        return train_sentencepiece(sentences, tmp_path / name, vocabulary_size=200,
-                                   seed=seed, max_sentences=500).read_bytes()
+        return train_sentencepiece(
+            sentences, tmp_path / name, vocabulary_size=200, seed=seed, max_sentences=500
+        ).read_bytes()
 
     assert train(1, "a.model") == train(1, "b.model")
     assert train(1, "a.model") != train(2, "c.model")
 
 
 def test_bpe_model_type(sentences, tmp_path):
-    tokenizer = Tokenizer(train_sentencepiece(sentences[:400], tmp_path / "bpe.model",
-                                              vocabulary_size=300, model_type="bpe"))
+    tokenizer = Tokenizer(
+        train_sentencepiece(
+            sentences[:400], tmp_path / "bpe.model", vocabulary_size=300, model_type="bpe"
+        )
+    )
     assert tokenizer.vocabulary_size == 300
     assert tokenizer.detokenize(tokenizer.tokenize(["A red car."])).numpy().tolist() == [
-        b"A red car."]
+        b"A red car."
+    ]
 
 
 def test_prepare_tokenizer_trains_the_model_type(sentences, tmp_path):
@@ -222,7 +234,9 @@ def test_prepare_tokenizer_trains_the_model_type(sentences, tmp_path):
         tokenizer = prepare_tokenizer(tmp_path / model_type, pairs, 300, model_type=model_type)
         proto = sentencepiece_model_pb2.ModelProto()
         proto.ParseFromString(tokenizer.model_proto)
-        assert proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.ModelType.Value(model_type.upper())
+        assert proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.ModelType.Value(
+            model_type.upper()
+        )
         assert (tmp_path / model_type / "spm.model").is_file()
 
 
@@ -237,12 +251,18 @@ def test_too_small_vocab(sentences, tmp_path):
         train_sentencepiece(sentences[:200], tmp_path / "small.model", vocabulary_size=10)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"vocabulary_size": 4}, "vocabulary_size must be an int > 4"),
-    ({"vocabulary_size": 100, "model_type": "wordpiece"}, "Unknown model_type 'wordpiece'"),
-    ({"vocabulary_size": 100, "character_coverage": 0.0}, "character_coverage must be in"),
-    ({"vocabulary_size": 100, "max_sentences": 0}, "max_sentences must be a positive integer. Received: max_sentences=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"vocabulary_size": 4}, "vocabulary_size must be an int > 4"),
+        ({"vocabulary_size": 100, "model_type": "wordpiece"}, "Unknown model_type 'wordpiece'"),
+        ({"vocabulary_size": 100, "character_coverage": 0.0}, "character_coverage must be in"),
+        (
+            {"vocabulary_size": 100, "max_sentences": 0},
+            "max_sentences must be a positive integer. Received: max_sentences=0",
+        ),
+    ],
+)
 def test_rejects_bad_arguments(tmp_path, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         train_sentencepiece(["a b c"], tmp_path / "x.model", **kwargs)
@@ -264,7 +284,8 @@ def test_rejects_missing_and_invalid_models(tmp_path):
 
 def test_rejects_model_with_other_reserved_ids(sentences):
     writer = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences[:200]), model_writer=writer,
-                                   vocab_size=100, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences[:200]), model_writer=writer, vocab_size=100, minloglevel=2
+    )
     with pytest.raises(ValueError, match="reserved ids .*'pad': -1"):
         Tokenizer(writer.getvalue())

@@ -32,7 +32,9 @@ def pack_and_unpack():
     "make_forward, part, op_type, count",
     [(layer_norm, "layer norm", "MatMul", 2), (pack_and_unpack, "feed-forward", "GatherV2", 2)],
 )
-def test_custom_gradients_ops_are_named_under_the_forward_pass_scope(make_forward, part, op_type, count):
+def test_custom_gradients_ops_are_named_under_the_forward_pass_scope(
+    make_forward, part, op_type, count
+):
     """Traced under `tape.gradient` outside the layer, the backward pass's ops are named
     `<forward scope>/gradient/...`, so the training profile counts them as the layer's part
     (`benchmark.profile.training_part`), not as the loss's."""

@@ -56,7 +56,9 @@ def fixed_batch(seed=0, batch=4, source_length=7, target_length=6, vocabulary_si
 
 
 def test_loss_equals_hand_computed_label_smoothing():
-    logits = np.array([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0]]], "float32")
+    logits = np.array(
+        [[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0]]], "float32"
+    )
     labels = np.array([[2, 3, 0]])  # pad_id=0 at position 2: only positions 0 and 1 count
     eps, vocab = 0.1, 4
     expected = 0.0
@@ -110,7 +112,9 @@ def test_loss_gradient_is_softmax_minus_the_smoothed_target(eps, scale):
             loss_sum, _ = label_smoothed_nll(labels, logits, eps)
         return tape.gradient(loss_sum, logits)
 
-    np.testing.assert_allclose(graph_gradient(labels.astype("int32"), logits).numpy(), expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        graph_gradient(labels.astype("int32"), logits).numpy(), expected, rtol=0, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 10000, 100000])
@@ -123,11 +127,16 @@ def test_schedule_equals_paper_formula(step):
 
 @pytest.mark.parametrize(
     "decay, remaining",
-    [("linear", lambda done: 1.0 - done), ("cosine", lambda done: 0.5 * (1.0 + math.cos(math.pi * done)))],
+    [
+        ("linear", lambda done: 1.0 - done),
+        ("cosine", lambda done: 0.5 * (1.0 + math.cos(math.pi * done))),
+    ],
 )
 def test_fixed_budget_decays_fall_from_the_paper_peak_to_zero(decay, remaining):
     paper = TransformerSchedule(hidden_dim=128, warmup_steps=100, scale=2.0)
-    schedule = TransformerSchedule(hidden_dim=128, warmup_steps=100, scale=2.0, decay=decay, train_steps=500)
+    schedule = TransformerSchedule(
+        hidden_dim=128, warmup_steps=100, scale=2.0, decay=decay, train_steps=500
+    )
     peak = 2.0 * 128**-0.5 * 100**-0.5
     for step in (1, 50, 100):  # the paper's warmup
         np.testing.assert_allclose(float(schedule(step - 1)), float(paper(step - 1)), rtol=1e-6)
@@ -142,7 +151,9 @@ def test_schedule_rejects_a_decay_without_a_budget():
         TransformerSchedule(hidden_dim=128, decay="step", train_steps=500)
     with pytest.raises(ValueError, match="train_steps=None"):
         TransformerSchedule(hidden_dim=128, decay="linear")
-    with pytest.raises(ValueError, match="learning_rate_decay='cosine' needs train_steps > warmup_steps"):
+    with pytest.raises(
+        ValueError, match="learning_rate_decay='cosine' needs train_steps > warmup_steps"
+    ):
         get_preset("tiny", learning_rate_decay="cosine", train_steps=100, warmup_steps=200)
     with pytest.raises(ValueError, match="learning_rate_decay='exp'"):
         get_preset("tiny", learning_rate_decay="exp")
@@ -150,7 +161,9 @@ def test_schedule_rejects_a_decay_without_a_budget():
 
 @pytest.mark.parametrize("decay", ["rsqrt", "cosine"])
 def test_schedule_is_serializable(decay):
-    schedule = TransformerSchedule(hidden_dim=256, warmup_steps=100, scale=2.0, decay=decay, train_steps=300)
+    schedule = TransformerSchedule(
+        hidden_dim=256, warmup_steps=100, scale=2.0, decay=decay, train_steps=300
+    )
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
     assert float(restored(50)) == pytest.approx(float(schedule(50)))
     assert float(restored(200)) == pytest.approx(float(schedule(200)))
@@ -199,7 +212,9 @@ def test_nan_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
     trainer.train(dataset_fn, until_step=2)
     saved = trainer.model.get_weights()
     embeddings = trainer.model.source_embedding.embeddings
-    embeddings.assign(np.where(np.arange(embeddings.shape[0])[:, None] == 5, np.nan, embeddings.numpy()))
+    embeddings.assign(
+        np.where(np.arange(embeddings.shape[0])[:, None] == 5, np.nan, embeddings.numpy())
+    )
     inputs["source_ids"][0, 0] = 5  # the poisoned token is in the batch
     with pytest.raises(DivergenceError, match="at step 3"):
         trainer.train(single_batch_fn([(inputs, labels)]), until_step=5)
@@ -230,26 +245,37 @@ def nan_gradient_on_poisoned_batches(monkeypatch):
     monkeypatch.setattr(update_module, "label_smoothed_nll", poisoned_nll)
 
 
-def test_nonfinite_gradient_under_finite_loss_stops_before_the_update(tmp_path, nan_gradient_on_poisoned_batches):
+def test_nonfinite_gradient_under_finite_loss_stops_before_the_update(
+    tmp_path, nan_gradient_on_poisoned_batches
+):
     keras.utils.set_random_seed(0)
     trainer = Trainer(micro_config(), tmp_path, TrainOptions(checkpoint_every=1, progress=False))
     batches = [clean_batch(0), clean_batch(1), poisoned_batch(2)]
     trainer.train(single_batch_fn(batches[:2]), until_step=2)
     good = trainer.model.get_weights()
-    with pytest.raises(DivergenceError, match=r"non-finite gradient at step 3 \(loss [0-9.]+\); the update was not applied"):
-        trainer.train(single_batch_fn(batches), until_step=5)  # resumes the input at its third batch
+    with pytest.raises(
+        DivergenceError,
+        match=r"non-finite gradient at step 3 \(loss [0-9.]+\); the update was not applied",
+    ):
+        trainer.train(
+            single_batch_fn(batches), until_step=5
+        )  # resumes the input at its third batch
     assert trainer.step == 2
     for weight, before in zip(trainer.model.get_weights(), good):
         np.testing.assert_array_equal(weight, before)
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-2")
 
 
-def test_skipped_nonfinite_update_changes_nothing_and_is_counted(tmp_path, nan_gradient_on_poisoned_batches):
+def test_skipped_nonfinite_update_changes_nothing_and_is_counted(
+    tmp_path, nan_gradient_on_poisoned_batches
+):
     options = TrainOptions(checkpoint_every=10, log_every=1, on_nonfinite="skip", progress=False)
     keras.utils.set_random_seed(0)
     config = micro_config(dropout=0.0)  # the skipped step's forward pass drew dropout masks too
     skipping = Trainer(config, tmp_path / "skipping", options)
-    results = skipping.train(single_batch_fn([clean_batch(0), poisoned_batch(1), clean_batch(2)]), until_step=2)
+    results = skipping.train(
+        single_batch_fn([clean_batch(0), poisoned_batch(1), clean_batch(2)]), until_step=2
+    )
     keras.utils.set_random_seed(0)
     clean = Trainer(config, tmp_path / "clean", options)
     clean.train(single_batch_fn([clean_batch(0), clean_batch(2)]), until_step=2)
@@ -259,7 +285,10 @@ def test_skipped_nonfinite_update_changes_nothing_and_is_counted(tmp_path, nan_g
     from keras_transformer.visualization import read_scalars
 
     skipped = read_scalars(tmp_path / "skipping" / "logs" / "train")["skipped_steps"]
-    assert skipped.steps.tolist() == [1, 2] and skipped.values.tolist() == [0.0, 1.0]  # skips are not steps
+    assert skipped.steps.tolist() == [1, 2] and skipped.values.tolist() == [
+        0.0,
+        1.0,
+    ]  # skips are not steps
     # The count is part of the run: a restarted trainer reads it back.
     restarted = Trainer(config, tmp_path / "skipping", options)
     restarted.restore()
@@ -272,7 +301,9 @@ def test_a_checkpoint_with_nonfinite_weights_is_never_written(tmp_path):
     trainer.train(single_batch_fn([fixed_batch(0)]), until_step=1)
     kernel = trainer.model.trainable_variables[3]
     kernel.assign(np.full(kernel.shape, np.inf, "float32"))
-    with pytest.raises(DivergenceError, match=rf"Not saving step 1: non-finite values in {kernel.path}"):
+    with pytest.raises(
+        DivergenceError, match=rf"Not saving step 1: non-finite values in {kernel.path}"
+    ):
         trainer.save()
     assert [Path(p).name for p in checkpoint_paths(tmp_path / "checkpoints")] == ["ckpt-1"]
 
@@ -301,15 +332,19 @@ def test_several_updates_per_call_equal_one_per_call(tmp_path):
     weights, logged = [], []
     for steps_per_execution in (1, 4):
         keras.utils.set_random_seed(0)
-        options = TrainOptions(checkpoint_every=5, log_every=3, steps_per_execution=steps_per_execution, progress=False)
+        options = TrainOptions(
+            checkpoint_every=5, log_every=3, steps_per_execution=steps_per_execution, progress=False
+        )
         trainer = Trainer(config, tmp_path / str(steps_per_execution), options)
         results = trainer.train(single_batch_fn(batches))
         assert results["step"] == 7 and trainer.skipped_steps == 0
         weights.append(trainer.model.get_weights())
         logged.append(results["loss"])
         # Calls stop at the log and checkpoint steps: both were written.
-        assert [Path(p).name for p in checkpoint_paths(tmp_path / str(steps_per_execution) / "checkpoints")] == [
-            "ckpt-5", "ckpt-7"]
+        assert [
+            Path(p).name
+            for p in checkpoint_paths(tmp_path / str(steps_per_execution) / "checkpoints")
+        ] == ["ckpt-5", "ckpt-7"]
     for a, b in zip(*weights):
         np.testing.assert_array_equal(a, b)
     assert logged[0] == pytest.approx(logged[1], rel=1e-6)
@@ -328,7 +363,10 @@ def test_recipes_keep_the_checkpoints_they_average(tmp_path):
     big = get_preset("big", **{**MICRO, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 2})
     assert big.average_checkpoints == 20
     assert Trainer(big, tmp_path / "big", TrainOptions(progress=False)).keep_checkpoints == 20
-    assert Trainer(micro_config(), tmp_path / "tiny", TrainOptions(progress=False)).keep_checkpoints == 5
+    assert (
+        Trainer(micro_config(), tmp_path / "tiny", TrainOptions(progress=False)).keep_checkpoints
+        == 5
+    )
     kept = Trainer(big, tmp_path / "asked", TrainOptions(keep_checkpoints=30, progress=False))
     assert kept.keep_checkpoints == 30
 
@@ -346,7 +384,12 @@ def test_rerun_resumes_step_count(tmp_path):
     for a, b in zip(second.model.get_weights(), weights):
         np.testing.assert_array_equal(a, b)
     assert second.train(dataset_fn, until_step=5)["step"] == 5
-    assert [Path(p).name for p in checkpoint_paths(tmp_path / "checkpoints")] == ["ckpt-2", "ckpt-3", "ckpt-4", "ckpt-5"]
+    assert [Path(p).name for p in checkpoint_paths(tmp_path / "checkpoints")] == [
+        "ckpt-2",
+        "ckpt-3",
+        "ckpt-4",
+        "ckpt-5",
+    ]
 
 
 def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
@@ -363,7 +406,9 @@ def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
     other = Trainer(config, tmp_path / "other", TrainOptions(progress=False))
     average_checkpoints(other.model, checkpoint_paths(tmp_path / "checkpoints", last=2))
     for variable, a, b in zip(other.model.weights, *snapshots):
-        np.testing.assert_allclose(variable.numpy(), (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            variable.numpy(), (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7
+        )
 
 
 def test_plain_model_fit_trains(tmp_path):
@@ -373,20 +418,35 @@ def test_plain_model_fit_trains(tmp_path):
     config = micro_config(dropout=0.0)
     keras.utils.set_random_seed(0)
     model = Transformer(config)
-    model.compile(optimizer=paper_optimizer(config.hidden_dim, warmup_steps=10), loss=LabelSmoothedCrossEntropy(0.1))
+    model.compile(
+        optimizer=paper_optimizer(config.hidden_dim, warmup_steps=10),
+        loss=LabelSmoothedCrossEntropy(0.1),
+    )
     inputs, labels = fixed_batch(0, batch=8)
     history = model.fit(inputs, labels, epochs=15, batch_size=8, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.8 * losses[0]
     # The Keras loss matches the trainer's loss on the same batch.
     loss_sum, tokens = label_smoothed_nll(labels, model(inputs), 0.1)
-    np.testing.assert_allclose(float(model.compute_loss(inputs, labels, model(inputs))), float(loss_sum / tokens), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(model.compute_loss(inputs, labels, model(inputs))),
+        float(loss_sum / tokens),
+        rtol=1e-5,
+    )
 
 
 def test_embedded_task_run_lowers_validation_loss(tmp_path):
-    config = micro_config(vocabulary_size=96, hidden_dim=64, intermediate_dim=128, warmup_steps=60, max_length=48,
-                          train_steps=120)
-    options = TrainOptions(batch_tokens=1024, log_every=40, eval_every=0, checkpoint_every=60, progress=False)
+    config = micro_config(
+        vocabulary_size=96,
+        hidden_dim=64,
+        intermediate_dim=128,
+        warmup_steps=60,
+        max_length=48,
+        train_steps=120,
+    )
+    options = TrainOptions(
+        batch_tokens=1024, log_every=40, eval_every=0, checkpoint_every=60, progress=False
+    )
     trainer, results = train_translation(config, tmp_path, options, DataOptions("builtin"))
     initial = math.log(config.vocabulary_size)  # loss of a uniform prediction
     assert results["step"] == 120
@@ -401,11 +461,19 @@ def test_embedded_task_run_lowers_validation_loss(tmp_path):
 def test_bad_data_options_are_refused_before_anything_is_written(tmp_path):
     options = TrainOptions(batch_tokens=256, progress=False)
     run_dir = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"strictly increasing. Received: bucket_boundaries=\[16, 8\]"):
-        train_translation(micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(16, 8)))
+    with pytest.raises(
+        ValueError, match=r"strictly increasing. Received: bucket_boundaries=\[16, 8\]"
+    ):
+        train_translation(
+            micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(16, 8))
+        )
     with pytest.raises(ValueError, match="largest bucket boundary 64 exceeds max_length=32"):
-        train_translation(micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(8, 64)))
-    with pytest.raises(ValueError, match=r"sampling alpha must be a number in \(0, 1\]. Received: alpha=1.5"):
+        train_translation(
+            micro_config(), run_dir, options, DataOptions("builtin", bucket_boundaries=(8, 64))
+        )
+    with pytest.raises(
+        ValueError, match=r"sampling alpha must be a number in \(0, 1\]. Received: alpha=1.5"
+    ):
         DataOptions("builtin", sampling_alpha=1.5)
     assert not run_dir.exists()
 
@@ -425,7 +493,10 @@ def test_precisions_and_xla_train(tmp_path):
         before = trainer.model.get_weights()
         results = trainer.train(single_batch_fn([(inputs, labels)]))
         assert results["step"] == 2 and math.isfinite(results["loss"]), (precision, results)
-        assert trainer.model.compute_dtype == {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(precision, "float32")
+        assert trainer.model.compute_dtype == {
+            "mixed_bfloat16": "bfloat16",
+            "mixed_float16": "float16",
+        }.get(precision, "float32")
         assert all(w.dtype == np.float32 for w in trainer.model.get_weights())
         moved = [not np.allclose(a, b) for a, b in zip(trainer.model.get_weights(), before)]
         assert sum(moved) > 10, precision

@@ -11,7 +11,12 @@ from keras_transformer import Transformer, TransformerConfig, get_preset
 ATOL = 1e-5
 VOCAB = 31
 TINY = dict(
-    vocabulary_size=VOCAB, num_encoder_layers=2, num_decoder_layers=2, hidden_dim=16, intermediate_dim=32, num_heads=2,
+    vocabulary_size=VOCAB,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    num_heads=2,
     max_length=16,
 )
 VARIANTS = {
@@ -78,10 +83,15 @@ def test_keras_save_and_load_give_equal_outputs(model, tmp_path):
 
 def test_one_fit_step():
     model = Transformer(tiny_config(num_encoder_layers=1, num_decoder_layers=1))
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     before = [as_numpy(weight) for weight in model.trainable_weights]
     labels = np.concatenate([TARGET[:, 1:], np.zeros((2, 1), "int32")], axis=1)
-    history = model.fit({"source_ids": SOURCE, "target_ids": TARGET}, labels, batch_size=2, epochs=1, verbose=0)
+    history = model.fit(
+        {"source_ids": SOURCE, "target_ids": TARGET}, labels, batch_size=2, epochs=1, verbose=0
+    )
     assert np.isfinite(history.history["loss"][0])
     after = [as_numpy(weight) for weight in model.trainable_weights]
     changed = sum(not np.array_equal(old, new) for old, new in zip(before, after))
@@ -92,7 +102,9 @@ def test_one_fit_step():
 def test_mixed_bfloat16_gives_float32_logits(tie_output, tmp_path):
     model = Transformer(tiny_config(tie_output=tie_output), dtype="mixed_bfloat16")
     assert model.dtype_policy.name == "mixed_bfloat16"
-    assert all(keras.backend.standardize_dtype(weight.dtype) == "float32" for weight in model.weights)
+    assert all(
+        keras.backend.standardize_dtype(weight.dtype) == "float32" for weight in model.weights
+    )
     assert model.encoder_layers[0].compute_dtype == "bfloat16"
     encoder_outputs, _ = model.encode(SOURCE)
     assert keras.backend.standardize_dtype(encoder_outputs.dtype) == "bfloat16"
@@ -146,7 +158,9 @@ def test_step_t_does_not_see_later_targets(variant):
         changed = TARGET.copy()
         changed[:, step + 1 :] = rng.integers(1, VOCAB, size=(2, TARGET.shape[1] - step - 1))
         changed_logits = logits_of(model, target=changed)
-        np.testing.assert_allclose(changed_logits[:, : step + 1], logits[:, : step + 1], rtol=0, atol=ATOL)
+        np.testing.assert_allclose(
+            changed_logits[:, : step + 1], logits[:, : step + 1], rtol=0, atol=ATOL
+        )
         assert np.abs(changed_logits[:, step + 1 :] - logits[:, step + 1 :]).max() > 1e-4
 
 
@@ -156,7 +170,9 @@ def test_padding_does_not_change_real_positions(model):
     np.testing.assert_allclose(logits_of(model, source=longer_source), logits, rtol=0, atol=ATOL)
     longer_target = np.concatenate([TARGET, np.zeros((2, 2), "int32")], axis=1)
     real = TARGET != 0
-    np.testing.assert_allclose(logits_of(model, target=longer_target)[:, :5][real], logits[real], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        logits_of(model, target=longer_target)[:, :5][real], logits[real], rtol=0, atol=ATOL
+    )
     # Source padding is masked: a row's logits match the same row encoded alone without pads.
     alone = logits_of(model, source=SOURCE[1:, :3], target=TARGET[1:])
     np.testing.assert_allclose(alone[0][real[1]], logits[1][real[1]], rtol=0, atol=ATOL)
@@ -166,8 +182,10 @@ def test_padding_does_not_change_real_positions(model):
 LABELS = np.array([[14, 15, 16, 17, 2], [18, 19, 20, 2, 0]], "int32")
 
 
-@pytest.mark.parametrize("variant, jit_compile", [*((name, False) for name in [*VARIANTS, "word_positions"]),
-                                                  ("post_ln", True)])
+@pytest.mark.parametrize(
+    "variant, jit_compile",
+    [*((name, False) for name in [*VARIANTS, "word_positions"]), ("post_ln", True)],
+)
 def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
     """`skip_padding` (the default): on the same weights, the logits at every real position,
     the loss and every gradient equal those of the model computing on the padded batch
@@ -176,14 +194,20 @@ def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
     from keras_transformer.layers import packing
     from keras_transformer.training.loss import label_smoothed_nll
 
-    changes = dict(word_positions=True, word_window=1) if variant == "word_positions" else VARIANTS[variant]
+    changes = (
+        dict(word_positions=True, word_window=1)
+        if variant == "word_positions"
+        else VARIANTS[variant]
+    )
     config = tiny_config(dropout=0.0, **changes)
     keras.utils.set_random_seed(1)
     packed, padded = Transformer(config), Transformer(config.replace(skip_padding=False))
     padded.set_weights(packed.get_weights())
     assert any(isinstance(layer, packing.Pack) for layer in packed.layers)
     assert not any(isinstance(layer, packing.Pack) for layer in padded.layers)
-    source = np.concatenate([SOURCE, np.zeros((2, 2), "int32")], axis=1)  # more padding on both sides
+    source = np.concatenate(
+        [SOURCE, np.zeros((2, 2), "int32")], axis=1
+    )  # more padding on both sides
     target = np.concatenate([TARGET, np.zeros((2, 1), "int32")], axis=1)
     labels = np.concatenate([LABELS, np.zeros((2, 1), "int32")], axis=1)
     real = labels != 0
@@ -216,8 +240,13 @@ def test_skipping_padding_equals_the_padded_model(variant, jit_compile):
         assert abs(loss - padded_loss) <= ATOL
         assert len(grads) == len(padded_grads)
         for variable, ours, theirs in zip(packed.trainable_variables, grads, padded_grads):
-            np.testing.assert_allclose(as_numpy(tf.convert_to_tensor(ours)), as_numpy(tf.convert_to_tensor(theirs)),
-                                       rtol=0, atol=ATOL, err_msg=f"rows={rows}: {variable.path}")
+            np.testing.assert_allclose(
+                as_numpy(tf.convert_to_tensor(ours)),
+                as_numpy(tf.convert_to_tensor(theirs)),
+                rtol=0,
+                atol=ATOL,
+                err_msg=f"rows={rows}: {variable.path}",
+            )
 
 
 def test_training_output_draws_the_forward_passs_dropout_and_refuses_labels_past_the_target():
@@ -240,7 +269,9 @@ def test_training_output_draws_the_forward_passs_dropout_and_refuses_labels_past
     assert abs(float(rows_loss) - float(no_dropout)) > 1e-2
     past_the_target = LABELS.copy()
     past_the_target[1, 4] = 7
-    with pytest.raises(tf.errors.InvalidArgumentError, match="labels hold real tokens where target_ids is padding"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="labels hold real tokens where target_ids is padding"
+    ):
         models[1].real_target_logits(inputs, past_the_target)
 
 
@@ -268,7 +299,9 @@ def test_encode_and_decode_views_equal_the_model(model):
     logits = model.decode(TARGET, encoder_outputs, source_mask)
     real = TARGET != 0  # the model skips the padding; its logits there are not computed
     np.testing.assert_allclose(as_numpy(logits)[real], logits_of(model)[real], rtol=0, atol=1e-6)
-    logits, scores = model.decode(TARGET, encoder_outputs, source_mask, return_attention_scores=True)
+    logits, scores = model.decode(
+        TARGET, encoder_outputs, source_mask, return_attention_scores=True
+    )
     assert len(scores) == TINY["num_decoder_layers"]
     assert tuple(scores[0]["cross"].shape) == (2, TINY["num_heads"], 5, 6)
     assert np.all(as_numpy(scores[0]["cross"])[1, :, :, 3:] == 0.0)
@@ -295,7 +328,9 @@ def cached_logits(model, decode_step, max_length, cache_index=lambda index: inde
         if max_length is None and not window:  # growing: the positions decoded so far
             assert tuple(cache[0]["self"]["past_key"].shape) == (2, TINY["num_heads"], index + 1, 8)
         else:
-            slots = min(window or max_length, max_length or window)  # a ring of r slots with a window
+            slots = min(
+                window or max_length, max_length or window
+            )  # a ring of r slots with a window
             assert tuple(cache[0]["self"]["key"].shape) == (2, TINY["num_heads"], slots, 8)
         steps.append(as_numpy(logits))
     return np.concatenate(steps, axis=1)
@@ -326,4 +361,3 @@ def test_config_errors_surface_from_the_model():
         Transformer(TransformerConfig.from_dict(dict(TINY, num_heads=7)))
     with pytest.raises(ValueError, match="Unknown preset"):
         Transformer("no_such_preset")
-

@@ -2,7 +2,12 @@
 
 import pytest
 
-from keras_transformer.data.treebank import load_ptb_pairs, read_split, read_treebank_file, split_files
+from keras_transformer.data.treebank import (
+    load_ptb_pairs,
+    read_split,
+    read_treebank_file,
+    split_files,
+)
 from keras_transformer.data.trees import (
     TreeError,
     clean,
@@ -30,7 +35,9 @@ MRG = """\
 
 @pytest.fixture(scope="module")
 def sample_trees(ptb_sample_dir):
-    return [tree for split in ("train", "val", "test") for tree in read_split(ptb_sample_dir, split)]
+    return [
+        tree for split in ("train", "val", "test") for tree in read_split(ptb_sample_dir, split)
+    ]
 
 
 def test_cleaning_removes_empty_elements_and_function_tags(tmp_path):
@@ -42,15 +49,23 @@ def test_cleaning_removes_empty_elements_and_function_tags(tmp_path):
         "(PRN (-LRB- -LRB-) (NN sic) (-RRB- -RRB-)) (. .)))"
     )
     assert str(second) == "(TOP (S (VP (VB go))))"  # the subject NP was only an empty element
-    assert [strip_function_tags(label) for label in ("NP-SBJ-1", "PP-LOC=2", "-NONE-", "-LRB-", "PRP$")] == [
-        "NP", "PP", "-NONE-", "-LRB-", "PRP$"]
+    assert [
+        strip_function_tags(label) for label in ("NP-SBJ-1", "PP-LOC=2", "-NONE-", "-LRB-", "PRP$")
+    ] == ["NP", "PP", "-NONE-", "-LRB-", "PRP$"]
     assert clean(parse_tree("( (S (NP (-NONE- *)) ) )")) is None
 
 
 def test_linearization_example():
-    tree = parse_tree("(TOP (S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .)))")
-    assert linearize(tree) == ("Ms. Haag plays Elianti .", "(S (NP NNP NNP ) (VP VBZ (NP NNP ) ) . )")
-    assert delinearize("(S (NP NNP NNP ) (VP VBZ (NP NNP ) ) . )", "Ms. Haag plays Elianti .") == tree
+    tree = parse_tree(
+        "(TOP (S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .)))"
+    )
+    assert linearize(tree) == (
+        "Ms. Haag plays Elianti .",
+        "(S (NP NNP NNP ) (VP VBZ (NP NNP ) ) . )",
+    )
+    assert (
+        delinearize("(S (NP NNP NNP ) (VP VBZ (NP NNP ) ) . )", "Ms. Haag plays Elianti .") == tree
+    )
 
 
 def test_round_trip_of_every_sample_tree(sample_trees):
@@ -88,12 +103,19 @@ def test_brackets_in_words_are_written_as_the_treebank_writes_them_and_read_back
     back as the same tree, with the line's words."""
     line = "He said ( yes ) :)"
     tree = delinearize("(S NN VBD (PRN -LRB- UH -RRB- ) . )", line)
-    assert str(tree) == "(TOP (S (NN He) (VBD said) (PRN (-LRB- -LRB-) (UH yes) (-RRB- -RRB-)) (. :-RRB-)))"
+    assert (
+        str(tree)
+        == "(TOP (S (NN He) (VBD said) (PRN (-LRB- -LRB-) (UH yes) (-RRB- -RRB-)) (. :-RRB-)))"
+    )
     assert parse_tree(str(tree)) == tree and tree.words() == sentence_words(line)
-    assert delinearize("(S NN VBD (PRN -LRB- UH -RRB- ) . )", line.split()) == tree  # words as a list too
+    assert (
+        delinearize("(S NN VBD (PRN -LRB- UH -RRB- ) . )", line.split()) == tree
+    )  # words as a list too
 
 
-@pytest.mark.parametrize("target", ["(S NN", "(S NN ) )", "(S ) NN", "NN NN NN", "(S (NP ) NN NN )"])
+@pytest.mark.parametrize(
+    "target", ["(S NN", "(S NN ) )", "(S ) NN", "NN NN NN", "(S (NP ) NN NN )"]
+)
 def test_delinearize_rejects_malformed_targets(target):
     with pytest.raises(TreeError):
         delinearize(target, "a b")
@@ -106,16 +128,24 @@ def test_tree_symbols_cover_the_treebank_and_the_data():
 
 
 def test_right_branching():
-    assert str(right_branching(["a", "b", "c"], ["DT", "NN", "."])) == "(TOP (S (DT a) (S (NN b) (S (. c)))))"
+    assert (
+        str(right_branching(["a", "b", "c"], ["DT", "NN", "."]))
+        == "(TOP (S (DT a) (S (NN b) (S (. c)))))"
+    )
 
 
 def test_flat_directory_split(ptb_sample_dir):
-    names = {split: [path.name for path in split_files(ptb_sample_dir, split)] for split in ("train", "val", "test")}
+    names = {
+        split: [path.name for path in split_files(ptb_sample_dir, split)]
+        for split in ("train", "val", "test")
+    }
     assert (names["val"][0], names["val"][-1]) == ("wsj_0136.mrg", "wsj_0152.mrg")
     assert (names["test"][0], names["test"][-1]) == ("wsj_0153.mrg", "wsj_0169.mrg")
     assert len(names["train"]) == 135
-    chosen = {split: [path.name for path in split_files(ptb_sample_dir, split, "wsj_015*", "wsj_016*")]
-              for split in ("train", "val", "test")}
+    chosen = {
+        split: [path.name for path in split_files(ptb_sample_dir, split, "wsj_015*", "wsj_016*")]
+        for split in ("train", "val", "test")
+    }
     assert chosen["val"] == [f"wsj_015{i}.mrg" for i in range(10)]
     assert chosen["test"] == [f"wsj_016{i}.mrg" for i in range(10)]
     assert len(chosen["train"]) == 149
@@ -127,17 +157,23 @@ def test_section_folders_get_the_standard_split(tmp_path):
         (tmp_path / section).mkdir()
         (tmp_path / section / f"{name}.mrg").write_text(f"( (S (NN w{section}) ) )\n")
     pairs = {split: load_ptb_pairs(tmp_path, split) for split in ("train", "val", "test")}
-    assert pairs == {"train": [("w02", "(S NN )"), ("w21", "(S NN )")], "val": [("w22", "(S NN )")],
-                     "test": [("w23", "(S NN )")]}
+    assert pairs == {
+        "train": [("w02", "(S NN )"), ("w21", "(S NN )")],
+        "val": [("w22", "(S NN )")],
+        "test": [("w23", "(S NN )")],
+    }
 
 
-@pytest.mark.parametrize("text, line", [
-    ("( (S (NN a) )\n( (S (NN b) ) )\n", 1),  # not closed
-    ("( (S (NN a) ) )\n\n( (S (NN b) ) ) )\n", 3),  # one closing bracket too many
-    ("( (S (NN a) ) )\n( (S (NN b c) ) )\n", 2),  # two words under one tag
-    ("( (S (NN a) ) )\nword ( (S (NN b) ) )\n", 2),  # a word outside a tree
-    ("( (S (NN a) ) )\n( (S () ) )\n", 2),  # an empty bracket
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("( (S (NN a) )\n( (S (NN b) ) )\n", 1),  # not closed
+        ("( (S (NN a) ) )\n\n( (S (NN b) ) ) )\n", 3),  # one closing bracket too many
+        ("( (S (NN a) ) )\n( (S (NN b c) ) )\n", 2),  # two words under one tag
+        ("( (S (NN a) ) )\nword ( (S (NN b) ) )\n", 2),  # a word outside a tree
+        ("( (S (NN a) ) )\n( (S () ) )\n", 2),  # an empty bracket
+    ],
+)
 def test_malformed_files_name_the_file_and_line(tmp_path, text, line):
     path = tmp_path / "wsj_0001.mrg"
     path.write_text(text)
@@ -170,11 +206,25 @@ def test_the_export_splits_words_in_the_graph_as_sentence_words():
 
     spaces = [chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()]
     lines = [line for line, _ in WORD_CASES] + [f"{space}a{space}(b{space}" for space in spaces]
-    alphabet = spaces + ["a", "(", ")", "\u200b", "\u2581", "\ufffd", "\x00", "\u180e", "\ufeff", "\u2603", "é"]
+    alphabet = spaces + [
+        "a",
+        "(",
+        ")",
+        "\u200b",
+        "\u2581",
+        "\ufffd",
+        "\x00",
+        "\u180e",
+        "\ufeff",
+        "\u2603",
+        "é",
+    ]
     rng = random.Random(0)
     lines += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(300)]
     in_graph = sentence_words_in_graph(tf.constant(lines)).to_list()
-    assert [[word.decode() for word in words] for words in in_graph] == [sentence_words(line) for line in lines]
+    assert [[word.decode() for word in words] for words in in_graph] == [
+        sentence_words(line) for line in lines
+    ]
 
 
 def test_the_export_writes_a_tree_only_over_every_word():
@@ -187,5 +237,8 @@ def test_the_export_writes_a_tree_only_over_every_word():
     target, line = "(S NN VBD (PRN -LRB- UH -RRB- ) . )", "He\tsaid ( yes ) :)"
     targets = [target, "(S NN VBD . )", target, ""]
     lines = [line, line, "He said ( yes )", line]
-    trees = [tree.decode() for tree in trees_from_targets(tf.constant(targets), tf.constant(lines)).numpy()]
+    trees = [
+        tree.decode()
+        for tree in trees_from_targets(tf.constant(targets), tf.constant(lines)).numpy()
+    ]
     assert trees == [str(delinearize(target, line)), "", "", ""]

@@ -1,6 +1,5 @@
 """Attention heatmaps and training curves written as PNG files."""
 
-
 import matplotlib.image
 import numpy as np
 import pytest
@@ -50,15 +49,21 @@ def test_attention_maps_shapes_and_labels(maps, run_model):
     assert maps.source_pieces[-1] == "</s>" and maps.source_pieces[0].startswith("▁")
     assert maps.decoder_input_pieces == ["<s>"] + maps.target_pieces[:-1]
     assert maps.source == "twenty one thousand three"
-    assert [m.shape for m in maps.encoder] == [(NUM_HEADS, source_length, source_length)] * NUM_LAYERS
-    assert [m.shape for m in maps.decoder] == [(NUM_HEADS, target_length, target_length)] * NUM_LAYERS
+    assert [m.shape for m in maps.encoder] == [
+        (NUM_HEADS, source_length, source_length)
+    ] * NUM_LAYERS
+    assert [m.shape for m in maps.decoder] == [
+        (NUM_HEADS, target_length, target_length)
+    ] * NUM_LAYERS
     assert [m.shape for m in maps.cross] == [(NUM_HEADS, target_length, source_length)] * NUM_LAYERS
     for kind in visualization.KINDS:
         for layer in maps.layer_maps(kind):
             np.testing.assert_allclose(layer.sum(axis=-1), 1.0, atol=1e-5)  # softmax rows
     for layer in maps.decoder:  # causal: no weight on later decoder inputs
         assert np.all(np.triu(layer, k=1) == 0)
-    translated = tokenizer.detokenize(tokenizer.tokenize(tf.constant([maps.translation]))).numpy()[0]
+    translated = tokenizer.detokenize(tokenizer.tokenize(tf.constant([maps.translation]))).numpy()[
+        0
+    ]
     assert translated.decode("utf-8") == maps.translation
 
 
@@ -66,7 +71,9 @@ def test_attention_maps_of_a_forced_target(run_model):
     model, tokenizer, _ = run_model
     forced = attention_maps(model, tokenizer, "twenty one", target="einundzwanzig")
     assert forced.translation == "einundzwanzig" and forced.target_pieces[-1] == "</s>"
-    pieces = [tokenizer.id_to_piece(int(i)) for i in tokenizer.tokenize(tf.constant(["einundzwanzig"]))[0]]
+    pieces = [
+        tokenizer.id_to_piece(int(i)) for i in tokenizer.tokenize(tf.constant(["einundzwanzig"]))[0]
+    ]
     assert forced.target_pieces == pieces + ["</s>"]
     by_ids = attention_maps(model, tokenizer, "twenty one", target_ids=[5, 6, 3, 0, 0])
     assert len(by_ids.target_pieces) == 3 and by_ids.cross[0].shape[1] == 3
@@ -100,7 +107,9 @@ def test_plot_attention_heads_checks_shapes(tmp_path):
         plot_attention_heads(np.zeros((2, 3, 4)), ["a", "b"], list("wxyz"), tmp_path / "x.png")
     with pytest.raises(ValueError, match=r"shape \(heads, queries, keys\)"):
         plot_attention_heads(np.zeros((3, 4)), list("abc"), list("wxyz"), tmp_path / "x.png")
-    path = plot_attention_heads(np.full((5, 3, 4), 0.25), list("abc"), list("wxyz"), tmp_path / "five.png")
+    path = plot_attention_heads(
+        np.full((5, 3, 4), 0.25), list("abc"), list("wxyz"), tmp_path / "five.png"
+    )
     assert image_size(path) == expected_pixels(figure_size(5, 3, 4))  # a 2 x 4 grid, 3 axes hidden
 
 
@@ -111,7 +120,9 @@ def test_training_curves_from_the_run_logs(trained_run, tmp_path):
         assert scalars["train"][tag].steps.tolist() == steps
     assert scalars["validation"]["loss"].steps.tolist() == [TRAINED_RUN_STEPS]
     assert np.all(np.diff(scalars["train"]["loss"].wall_times) > 0)
-    path = plot_training_curves(trained_run, tmp_path / "plots" / "curves.png", dpi=60, figsize=(10, 5))
+    path = plot_training_curves(
+        trained_run, tmp_path / "plots" / "curves.png", dpi=60, figsize=(10, 5)
+    )
     assert image_size(path) == (300, 600)
     with pytest.raises(FileNotFoundError, match="No TensorBoard logs"):
         plot_training_curves(tmp_path, tmp_path / "none.png")
@@ -125,22 +136,34 @@ def test_run_pauses_leave_out_the_time_between_a_stop_and_its_resumption(tmp_pat
     run = tmp_path / "run"
     for step, time in ((0, 1000.0), (120, 5000.0), (180, 9000.0)):
         runs.record_start(run, {"step": step, "time": time})
-    write_scalar_events(run / "logs" / "train", [(60, 1060.0, {"loss": 3.0}), (120, 1120.0, {"loss": 2.5}),
-                                                 (180, 5060.0, {"loss": 2.4}), (240, 9100.0, {"loss": 2.3})])
+    write_scalar_events(
+        run / "logs" / "train",
+        [
+            (60, 1060.0, {"loss": 3.0}),
+            (120, 1120.0, {"loss": 2.5}),
+            (180, 5060.0, {"loss": 2.4}),
+            (240, 9100.0, {"loss": 2.3}),
+        ],
+    )
     write_scalar_events(run / "logs" / "validation", [(120, 1130.0, {"loss": 2.9})])
     pauses = run_pauses(run)
     assert pauses == [(5000.0, 3870.0), (9000.0, 3940.0)]
-    np.testing.assert_allclose(without_pauses([1060.0, 1130.0, 5060.0, 9100.0], pauses),
-                               [1060.0, 1130.0, 1190.0, 1290.0])
+    np.testing.assert_allclose(
+        without_pauses([1060.0, 1130.0, 5060.0, 9100.0], pauses), [1060.0, 1130.0, 1190.0, 1290.0]
+    )
     assert run_pauses(run, read_run_scalars(run)) == pauses
     assert run_start(run) == 1000.0  # the first start, not the first event (1060 s)
-    path = plot_training_curves(run, tmp_path / "curves.png", dpi=60, figsize=(10, 5), skip_pauses=True)
+    path = plot_training_curves(
+        run, tmp_path / "curves.png", dpi=60, figsize=(10, 5), skip_pauses=True
+    )
     assert image_size(path) == (300, 600)
 
 
 def test_a_run_without_recorded_starts_begins_at_its_first_logged_event(tmp_path):
     run = tmp_path / "run"
-    write_scalar_events(run / "logs" / "train", [(60, 1060.0, {"loss": 3.0}), (120, 1120.0, {"loss": 2.5})])
+    write_scalar_events(
+        run / "logs" / "train", [(60, 1060.0, {"loss": 3.0}), (120, 1120.0, {"loss": 2.5})]
+    )
     write_scalar_events(run / "logs" / "validation", [(60, 1050.0, {"loss": 2.9})])
     assert run_start(run) == 1050.0
     with pytest.raises(ValueError, match="records no start"):
@@ -164,7 +187,10 @@ def test_scalar_events_keep_the_given_wall_times(tmp_path):
     log_dir = tmp_path / "checkpoints"
     (log_dir).mkdir()
     (log_dir / "events.out.tfevents.1.old").write_bytes(b"")  # replaced, not merged
-    records = [(200, 1000.5, {"bleu": 12.5, "chrf": 40.0}), (100, 900.25, {"bleu": 3.0, "chrf": 20.0})]
+    records = [
+        (200, 1000.5, {"bleu": 12.5, "chrf": 40.0}),
+        (100, 900.25, {"bleu": 3.0, "chrf": 20.0}),
+    ]
     path = write_scalar_events(log_dir, records)
     assert [p.name for p in log_dir.iterdir()] == [path.name]
     scalars = read_scalars(log_dir)
@@ -177,4 +203,7 @@ def test_scalar_events_keep_the_given_wall_times(tmp_path):
 
     accumulator = EventAccumulator(str(log_dir))
     accumulator.Reload()
-    assert [(e.step, e.wall_time, e.value) for e in accumulator.Scalars("bleu")] == [(100, 900.25, 3.0), (200, 1000.5, 12.5)]
+    assert [(e.step, e.wall_time, e.value) for e in accumulator.Scalars("bleu")] == [
+        (100, 900.25, 3.0),
+        (200, 1000.5, 12.5),
+    ]

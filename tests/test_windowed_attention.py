@@ -14,7 +14,10 @@ D, H = 16, 2
 
 def pair(window, **kwargs):
     """A windowed attention layer and a full one with the same weights."""
-    windowed, full = MultiHeadAttention(H, attention_window=window, **kwargs), MultiHeadAttention(H, **kwargs)
+    windowed, full = (
+        MultiHeadAttention(H, attention_window=window, **kwargs),
+        MultiHeadAttention(H, **kwargs),
+    )
     probe = np.zeros((1, 3, D), "float32")
     windowed(probe, probe), full(probe, probe)
     full.set_weights(windowed.get_weights())
@@ -23,8 +26,12 @@ def pair(window, **kwargs):
 
 def band_masked(full, inputs, window, causal, padding):
     length = inputs.shape[1]
-    band = np.broadcast_to(np.asarray(band_mask(length, length, window, causal)), (inputs.shape[0], length, length))
-    return np.asarray(full(inputs, inputs, key_mask=padding, use_causal_mask=causal, attention_mask=band))
+    band = np.broadcast_to(
+        np.asarray(band_mask(length, length, window, causal)), (inputs.shape[0], length, length)
+    )
+    return np.asarray(
+        full(inputs, inputs, key_mask=padding, use_causal_mask=causal, attention_mask=band)
+    )
 
 
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
@@ -32,7 +39,9 @@ def band_masked(full, inputs, window, causal, padding):
 @pytest.mark.parametrize("length, window", [(13, 4), (16, 4), (5, 8), (9, 1), (40, 3)])
 def test_windowed_equals_full_attention_with_the_band_mask(length, window, causal, padded):
     inputs = RNG.normal(size=(2, length, D)).astype("float32")
-    padding = np.arange(length)[None, :] < np.array([[length], [max(length - 3, 1) if padded else length]])
+    padding = np.arange(length)[None, :] < np.array(
+        [[length], [max(length - 3, 1) if padded else length]]
+    )
     mask = padding if padded else None
     windowed, full = pair(window)
     got = np.asarray(windowed(inputs, inputs, key_mask=mask, use_causal_mask=causal))
@@ -60,16 +69,33 @@ def test_only_the_band_is_computed():
     layer = MultiHeadAttention(H, attention_window=window)
     inputs = tf.zeros((1, length, D))
     layer(inputs, inputs)
-    graph = tf.function(lambda x: layer(x, x, use_causal_mask=True)).get_concrete_function(inputs).graph
-    largest = max(int(np.prod(t.shape)) for op in graph.get_operations() for t in op.outputs
-                  if t.shape.rank is not None and t.shape.is_fully_defined())
+    graph = (
+        tf.function(lambda x: layer(x, x, use_causal_mask=True)).get_concrete_function(inputs).graph
+    )
+    largest = max(
+        int(np.prod(t.shape))
+        for op in graph.get_operations()
+        for t in op.outputs
+        if t.shape.rank is not None and t.shape.is_fully_defined()
+    )
     # At most H * N * 3 * window scores (a block and its neighbours); full attention holds H * N * N.
     assert largest <= H * length * 3 * window < H * length * length // 5, largest
     windowless = MultiHeadAttention(H)
     windowless(inputs, inputs)
-    graph = tf.function(lambda x: windowless(x, x, use_causal_mask=True)).get_concrete_function(inputs).graph
-    assert max(int(np.prod(t.shape)) for op in graph.get_operations() for t in op.outputs
-               if t.shape.rank is not None and t.shape.is_fully_defined()) >= H * length * length
+    graph = (
+        tf.function(lambda x: windowless(x, x, use_causal_mask=True))
+        .get_concrete_function(inputs)
+        .graph
+    )
+    assert (
+        max(
+            int(np.prod(t.shape))
+            for op in graph.get_operations()
+            for t in op.outputs
+            if t.shape.rank is not None and t.shape.is_fully_defined()
+        )
+        >= H * length * length
+    )
 
 
 def test_xla_and_mixed_precision():
@@ -93,8 +119,14 @@ def test_configs_round_trip_and_blocks_window_only_self_attention():
     decoder = DecoderBlock(num_heads=H, intermediate_dim=32, attention_window=4)
     assert EncoderBlock.from_config(encoder.get_config()).self_attention.attention_window == 4
     rebuilt = DecoderBlock.from_config(decoder.get_config())
-    assert rebuilt.self_attention.attention_window == 4 and rebuilt.cross_attention.attention_window is None
-    with pytest.raises(ValueError, match="attention_window must be a positive integer. Received: attention_window=0"):
+    assert (
+        rebuilt.self_attention.attention_window == 4
+        and rebuilt.cross_attention.attention_window is None
+    )
+    with pytest.raises(
+        ValueError,
+        match="attention_window must be a positive integer. Received: attention_window=0",
+    ):
         MultiHeadAttention(H, attention_window=0)
     with pytest.raises(ValueError, match="query length 3, key length 5"):
         layer(np.zeros((1, 3, D), "float32"), np.zeros((1, 5, D), "float32"))
@@ -104,8 +136,17 @@ def test_windowed_model_trains_in_fit():
     from keras_transformer import Transformer, get_preset
     from keras_transformer.training import LabelSmoothedCrossEntropy
 
-    config = get_preset("tiny", vocabulary_size=40, num_encoder_layers=1, num_decoder_layers=1, hidden_dim=D,
-                        intermediate_dim=32, num_heads=H, max_length=32, attention_window=4)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=40,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=D,
+        intermediate_dim=32,
+        num_heads=H,
+        max_length=32,
+        attention_window=4,
+    )
     model = Transformer(config)
     model.compile("adam", LabelSmoothedCrossEntropy())
     source = RNG.integers(4, 40, (8, 20)).astype("int32")
@@ -129,15 +170,23 @@ def test_ring_cache_step_by_step_equals_the_full_pass(window, max_length):
     cache = layer.init_cache(2, max_length)
     steps = []
     for index in range(length):
-        outputs, cache = layer(inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True)
-        assert tuple(cache["key"].shape) == tuple(cache["value"].shape) == (2, H, min(window, max_length), D // H)
+        outputs, cache = layer(
+            inputs[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True
+        )
+        assert (
+            tuple(cache["key"].shape)
+            == tuple(cache["value"].shape)
+            == (2, H, min(window, max_length), D // H)
+        )
         steps.append(np.asarray(outputs))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=0, atol=2e-6)
     # Slot s holds the keys of the last position written there.
     keys = np.asarray(layer.compute_cache(inputs)["key"])  # (B, H, T, Dk)
     for slot in range(min(window, length)):
         position = max(p for p in range(length) if p % min(window, max_length) == slot)
-        np.testing.assert_allclose(np.asarray(cache["key"])[:, :, slot], keys[:, :, position], rtol=0, atol=2e-6)
+        np.testing.assert_allclose(
+            np.asarray(cache["key"])[:, :, slot], keys[:, :, position], rtol=0, atol=2e-6
+        )
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["", "attention_mask"])
@@ -155,8 +204,13 @@ def test_ring_cache_in_chunks_equals_the_full_pass(chunk, masked):
     cache, outputs = layer.init_cache(2, 11), []
     for start in range(0, 11, chunk):
         rows = None if mask is None else mask[:, start : start + chunk]
-        step, cache = layer(inputs[:, start : start + chunk], attention_mask=rows, cache=cache, cache_index=start,
-                            use_causal_mask=True)
+        step, cache = layer(
+            inputs[:, start : start + chunk],
+            attention_mask=rows,
+            cache=cache,
+            cache_index=start,
+            use_causal_mask=True,
+        )
         assert tuple(cache["key"].shape) == (2, H, 3, D // H)
         outputs.append(np.asarray(step))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, rtol=0, atol=2e-6)
@@ -175,9 +229,19 @@ def windowed_model():
 
     # Untied output projection and pre-LN: random weights that emit varied tokens.
     keras.utils.set_random_seed(1)
-    config = get_preset("tiny", vocabulary_size=32, num_encoder_layers=1, num_decoder_layers=2, hidden_dim=D,
-                        intermediate_dim=32, num_heads=H, dropout=0.0, tie_output=False, normalize_first=True,
-                        attention_window=WINDOW)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=32,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        hidden_dim=D,
+        intermediate_dim=32,
+        num_heads=H,
+        dropout=0.0,
+        tie_output=False,
+        normalize_first=True,
+        attention_window=WINDOW,
+    )
     return Transformer(config)
 
 
@@ -205,21 +269,34 @@ class RecordingStep:
 
 @pytest.mark.parametrize("max_length", [12, 40])
 @pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_windowed_cached_decoding_keeps_r_slots_and_equals_the_full_pass(windowed_model, method, max_length):
-    from keras_transformer.decoding import beam_search, greedy_search, recompute_beam_search, recompute_greedy_search
+def test_windowed_cached_decoding_keeps_r_slots_and_equals_the_full_pass(
+    windowed_model, method, max_length
+):
+    from keras_transformer.decoding import (
+        beam_search,
+        greedy_search,
+        recompute_beam_search,
+        recompute_greedy_search,
+    )
 
     options = dict(max_length=max_length, max_output_offset=9)
     if method == "beam":
         options.update(beam_size=4, num_return=2)
-    search, recompute = {"greedy": (greedy_search, recompute_greedy_search),
-                         "beam": (beam_search, recompute_beam_search)}[method]
+    search, recompute = {
+        "greedy": (greedy_search, recompute_greedy_search),
+        "beam": (beam_search, recompute_beam_search),
+    }[method]
     step = RecordingStep(windowed_model)
     cached_ids, cached_scores = search(step, SOURCES, **options)
-    full_ids, full_scores = recompute(windowed_model, SOURCES, **options)  # the whole decoder over the prefix
+    full_ids, full_scores = recompute(
+        windowed_model, SOURCES, **options
+    )  # the whole decoder over the prefix
     np.testing.assert_array_equal(cached_ids, full_ids)
     np.testing.assert_allclose(cached_scores, full_scores, rtol=1e-4, atol=1e-5)
     lengths = (np.asarray(cached_ids) != 0).sum(axis=-1)
-    assert lengths.max() > 2 * WINDOW and len(set(np.asarray(cached_ids).ravel().tolist())) > 4  # past the window
+    assert (
+        lengths.max() > 2 * WINDOW and len(set(np.asarray(cached_ids).ravel().tolist())) > 4
+    )  # past the window
     assert step.shapes == {(H, WINDOW, D // H)}  # r slots whatever max_length and the output length
 
 
@@ -227,10 +304,14 @@ def test_windowed_cached_greedy_under_xla(windowed_model):
     from keras_transformer.decoding import greedy_search, recompute_greedy_search
 
     step = RecordingStep(windowed_model)
-    compiled = tf.function(lambda source: greedy_search(step, source, max_length=12, max_output_offset=9),
-                           jit_compile=True)
+    compiled = tf.function(
+        lambda source: greedy_search(step, source, max_length=12, max_output_offset=9),
+        jit_compile=True,
+    )
     xla_ids, xla_scores = compiled(tf.constant(SOURCES))
-    full_ids, full_scores = recompute_greedy_search(windowed_model, SOURCES, max_length=12, max_output_offset=9)
+    full_ids, full_scores = recompute_greedy_search(
+        windowed_model, SOURCES, max_length=12, max_output_offset=9
+    )
     np.testing.assert_array_equal(xla_ids, full_ids)
     np.testing.assert_allclose(xla_scores, full_scores, rtol=1e-4, atol=1e-5)
     assert (np.asarray(xla_ids) != 0).sum(axis=-1).max() > 2 * WINDOW

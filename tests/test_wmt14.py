@@ -24,10 +24,12 @@ def _fixed_examples(calls: list):
     def as_dataset(builder, split, **kwargs):
         calls.append((builder.name, builder.builder_config.name, str(split)))
         other = next(lang for lang in builder.builder_config.name.split("-") if lang != "en")
-        return tf.data.Dataset.from_tensor_slices({
-            other: [foreign for foreign, _ in EXAMPLES],
-            "en": [english for _, english in EXAMPLES],
-        })
+        return tf.data.Dataset.from_tensor_slices(
+            {
+                other: [foreign for foreign, _ in EXAMPLES],
+                "en": [english for _, english in EXAMPLES],
+            }
+        )
 
     return as_dataset
 
@@ -40,8 +42,10 @@ def test_load_wmt14_en_de_and_reverse():
         de_en = load_wmt14("de", "en", "val")
     assert en_de == [(english, foreign) for foreign, english in EXAMPLES]
     assert de_en == EXAMPLES
-    assert calls == [("wmt14_translate", "de-en", "train"),
-                     ("wmt14_translate", "de-en", "validation")]
+    assert calls == [
+        ("wmt14_translate", "de-en", "train"),
+        ("wmt14_translate", "de-en", "validation"),
+    ]
 
 
 def test_load_wmt14_fr_config_and_max_examples():
@@ -61,19 +65,24 @@ def test_load_wmt14_with_generated_mock_data():
     assert all(isinstance(s, str) and isinstance(t, str) for s, t in pairs)
 
 
-@pytest.mark.parametrize("src, tgt, split, pattern", [
-    ("en", "cs", "train", "Unsupported WMT'14 language pair 'en' -> 'cs'"),
-    ("de", "fr", "train", "Unsupported WMT'14 language pair 'de' -> 'fr'"),
-    ("en", "en", "train", "Unsupported WMT'14 language pair 'en' -> 'en'"),
-    ("en", "de", "dev", "Unknown WMT'14 split 'dev'; valid splits: train, validation, test"),
-])
+@pytest.mark.parametrize(
+    "src, tgt, split, pattern",
+    [
+        ("en", "cs", "train", "Unsupported WMT'14 language pair 'en' -> 'cs'"),
+        ("de", "fr", "train", "Unsupported WMT'14 language pair 'de' -> 'fr'"),
+        ("en", "en", "train", "Unsupported WMT'14 language pair 'en' -> 'en'"),
+        ("en", "de", "dev", "Unknown WMT'14 split 'dev'; valid splits: train, validation, test"),
+    ],
+)
 def test_load_wmt14_rejects_bad_arguments(src, tgt, split, pattern):
     with pytest.raises(ValueError, match=pattern):
         load_wmt14(src, tgt, split)
 
 
 def test_load_wmt14_rejects_bad_max_examples():
-    with pytest.raises(ValueError, match="max_examples must be a positive integer. Received: max_examples=0"):
+    with pytest.raises(
+        ValueError, match="max_examples must be a positive integer. Received: max_examples=0"
+    ):
         load_wmt14("en", "de", "train", max_examples=0)
 
 

@@ -29,7 +29,10 @@ if kill_on_commit:
     write_state = file_io.atomic_write_string_to_file
 
     def atomic_write_string_to_file(filename, contents, overwrite=True):
-        if str(filename).endswith("checkpoint") and f'model_checkpoint_path: "ckpt-{kill_on_commit}"' in contents:
+        if (
+            str(filename).endswith("checkpoint")
+            and f'model_checkpoint_path: "ckpt-{kill_on_commit}"' in contents
+        ):
             print(f"harness: killing during the commit of ckpt-{kill_on_commit}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         return write_state(filename, contents, overwrite)

@@ -43,6 +43,7 @@ SETTINGS = "settings.json"
 def select_batches(batches, num_shapes, per_shape):
     """The batches of the `num_shapes` most common `(source, target)` shapes, up to
     `per_shape` of each, in their original order (ties: the shape seen first)."""
+
     def shape(batch):
         inputs, _ = batch
         return tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape)
@@ -57,7 +58,9 @@ def select_batches(batches, num_shapes, per_shape):
     return selected
 
 
-def prepare(work_dir, config, pairs, tokenizer, precision, batch_tokens, num_shapes=3, per_shape=3, rounds=3):
+def prepare(
+    work_dir, config, pairs, tokenizer, precision, batch_tokens, num_shapes=3, per_shape=3, rounds=3
+):
     """Write the work directory (TensorFlow): settings and the batches of `pairs`.
 
     Args:
@@ -79,7 +82,9 @@ def prepare(work_dir, config, pairs, tokenizer, precision, batch_tokens, num_sha
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    dataset = make_dataset(pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False)
+    dataset = make_dataset(
+        pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False
+    )
     batches = select_batches(list(dataset.as_numpy_iterator()), num_shapes, per_shape)
     save_batches(work_dir / BATCHES, batches)
     tokens, flops = [], []
@@ -92,7 +97,10 @@ def prepare(work_dir, config, pairs, tokenizer, precision, batch_tokens, num_sha
         "precision": precision,
         "batch_tokens": batch_tokens,
         "rounds": rounds,
-        "shapes": [[list(inputs["source_ids"].shape), list(inputs["target_ids"].shape)] for inputs, _ in batches],
+        "shapes": [
+            [list(inputs["source_ids"].shape), list(inputs["target_ids"].shape)]
+            for inputs, _ in batches
+        ],
         "target_tokens": tokens,
         "flops": flops,
     }
@@ -115,8 +123,11 @@ def device_peak(backend, compute_dtype):
         import torch
 
         if torch.cuda.is_available():
-            return gpu_peak(torch.cuda.get_device_name(0), compute_dtype,
-                            tf32=torch.backends.cuda.matmul.allow_tf32)
+            return gpu_peak(
+                torch.cuda.get_device_name(0),
+                compute_dtype,
+                tf32=torch.backends.cuda.matmul.allow_tf32,
+            )
     return cpu_peak(compute_dtype)
 
 
@@ -146,11 +157,16 @@ def worker(work_dir, precision=None, log=print):
     precision = precision or settings["precision"]
     backend = keras.backend.backend()
     keras.utils.set_random_seed(0)
-    models = {"ours": Transformer(config, dtype=precision), "keras-hub": keras_hub_transformer(config, dtype=precision)}
+    models = {
+        "ours": Transformer(config, dtype=precision),
+        "keras-hub": keras_hub_transformer(config, dtype=precision),
+    }
     steps = {}
     for name, model in models.items():
-        model.compile(optimizer=paper_optimizer(config.hidden_dim, config.warmup_steps),
-                      loss=LabelSmoothedCrossEntropy(config.label_smoothing))
+        model.compile(
+            optimizer=paper_optimizer(config.hidden_dim, config.warmup_steps),
+            loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        )
         steps[name] = model.train_on_batch
     compute_dtype = keras.dtype_policies.get(precision).compute_dtype
     peak = device_peak(backend, compute_dtype)
@@ -158,15 +174,23 @@ def worker(work_dir, precision=None, log=print):
     started = time.perf_counter()
     for name, step in steps.items():  # compile every shape, saying how long each took
         warm_up(step, batches, log=lambda line, name=name: log(f"{name}: {line}"))
-    ours, peer = compare_steps_per_batch(steps["ours"], steps["keras-hub"], batches, rounds=settings["rounds"],
-                                         warmed=True)
-    log(f"timed {len(batches)} batches x {settings['rounds']} rounds x 2 models in "
-        f"{time.perf_counter() - started:.0f} s (compilation included)")
+    ours, peer = compare_steps_per_batch(
+        steps["ours"], steps["keras-hub"], batches, rounds=settings["rounds"], warmed=True
+    )
+    log(
+        f"timed {len(batches)} batches x {settings['rounds']} rounds x 2 models in "
+        f"{time.perf_counter() - started:.0f} s (compilation included)"
+    )
     tokens, flops = sum(settings["target_tokens"]), sum(settings["flops"])
-    result = {"backend": backend, "device": peak.device, "peak_dtype": peak.dtype,
-              "peak_flops_per_second": peak.flops_per_second, "precision": precision,
-              "jit_compile": {name: bool(model.jit_compile) for name, model in models.items()},
-              "models": {}}
+    result = {
+        "backend": backend,
+        "device": peak.device,
+        "peak_dtype": peak.dtype,
+        "peak_flops_per_second": peak.flops_per_second,
+        "precision": precision,
+        "jit_compile": {name: bool(model.jit_compile) for name, model in models.items()},
+        "models": {},
+    }
     for name, seconds in (("ours", ours), ("keras-hub", peer)):
         total = sum(seconds)
         result["models"][name] = {
@@ -191,16 +215,24 @@ def format_result(result, settings):
         f"{'model':<10} {'real target tok/s':>17} {'TFLOP/s':>8} {'MFU':>6}",
     ]
     for name, model in result["models"].items():
-        lines.append(f"{name:<10} {model['tokens_per_second']:>17,.0f} {model['flops_per_second'] / 1e12:>8.2f} "
-                     f"{model['mfu']:>6.3f}")
-    lines.append(f"ours / keras-hub (real target tokens/s): {ours['tokens_per_second'] / peer['tokens_per_second']:.2f}")
+        lines.append(
+            f"{name:<10} {model['tokens_per_second']:>17,.0f} {model['flops_per_second'] / 1e12:>8.2f} "
+            f"{model['mfu']:>6.3f}"
+        )
+    lines.append(
+        f"ours / keras-hub (real target tokens/s): {ours['tokens_per_second'] / peer['tokens_per_second']:.2f}"
+    )
     by_shape = {}  # (source, target) shape -> [our seconds, the peer's seconds, batches]
     for shape, mine, theirs in zip(shapes, ours["seconds"], peer["seconds"]):
         totals = by_shape.setdefault(shape, [0.0, 0.0, 0])
         totals[0], totals[1], totals[2] = totals[0] + mine, totals[1] + theirs, totals[2] + 1
-    lines.append("by batch shape (source, target): " + ", ".join(
-        f"{source[0]}x{source[1]}/{target[1]}: {theirs / mine:.2f} ({mine * 1e3 / count:.1f} ms ours)"
-        for (source, target), (mine, theirs, count) in by_shape.items()))
+    lines.append(
+        "by batch shape (source, target): "
+        + ", ".join(
+            f"{source[0]}x{source[1]}/{target[1]}: {theirs / mine:.2f} ({mine * 1e3 / count:.1f} ms ours)"
+            for (source, target), (mine, theirs, count) in by_shape.items()
+        )
+    )
     return "\n".join(lines)
 
 

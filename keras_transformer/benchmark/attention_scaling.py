@@ -40,8 +40,17 @@ class ScalingPoint:
     window_bytes: int
 
 
-def encoder_layer_step(length, window=None, hidden_dim=256, num_heads=4, intermediate_dim=1024, batch_size=1,
-                       dropout=0.1, jit_compile=False, seed=0):
+def encoder_layer_step(
+    length,
+    window=None,
+    hidden_dim=256,
+    num_heads=4,
+    intermediate_dim=1024,
+    batch_size=1,
+    dropout=0.1,
+    jit_compile=False,
+    seed=0,
+):
     """A compiled forward+backward pass of one post-LN `EncoderBlock` on `(batch_size, length, hidden_dim)`.
 
     Returns:
@@ -54,8 +63,12 @@ def encoder_layer_step(length, window=None, hidden_dim=256, num_heads=4, interme
     from keras_transformer.layers.encoder import EncoderBlock
 
     keras.utils.set_random_seed(seed)
-    layer = EncoderBlock(num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-                         attention_window=window)
+    layer = EncoderBlock(
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        dropout=dropout,
+        attention_window=window,
+    )
     inputs = tf.random.normal((batch_size, length, hidden_dim), seed=seed)
     layer(inputs)  # build
 
@@ -82,12 +95,15 @@ def time_full_and_windowed(length, window, rounds=3, repeats=None, **layer_args)
     `repeats` steps make one timing (default: enough for ~64k tokens, at least 1).
     """
     repeats = repeats or max(1, 65536 // length)
-    steps = {"full": encoder_layer_step(length, None, **layer_args),
-             "window": encoder_layer_step(length, window, **layer_args)}
+    steps = {
+        "full": encoder_layer_step(length, None, **layer_args),
+        "window": encoder_layer_step(length, window, **layer_args),
+    }
     for step in steps.values():
         float(step())  # trace and warm up
     fastest = fastest_of_alternating(
-        {name: functools.partial(_run_steps, step, repeats) for name, step in steps.items()}, rounds)
+        {name: functools.partial(_run_steps, step, repeats) for name, step in steps.items()}, rounds
+    )
     return fastest["full"][0] / repeats, fastest["window"][0] / repeats
 
 
@@ -133,15 +149,29 @@ def peak_bytes(length, window=None, **layer_args):
     )
     arguments = json.dumps([length, window, layer_args])
     env = {**os.environ, cpu_allocator.ENVIRONMENT_VARIABLE: "false"}
-    result = subprocess.run([sys.executable, "-c", code, arguments], capture_output=True, text=True, check=False,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code, arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"Measuring peak memory at length {length}, window {window} failed:\n{result.stderr[-2000:]}")
+        raise RuntimeError(
+            f"Measuring peak memory at length {length}, window {window} failed:\n{result.stderr[-2000:]}"
+        )
     return int(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def attention_scaling(lengths=(128, 512, 2048, 8192), window=64, rounds=3, repeats=None, memory=True, log=print,
-                      **layer_args):
+def attention_scaling(
+    lengths=(128, 512, 2048, 8192),
+    window=64,
+    rounds=3,
+    repeats=None,
+    memory=True,
+    log=print,
+    **layer_args,
+):
     """Time and peak memory of one encoder layer's forward+backward pass at each length, full vs windowed.
 
     Args:
@@ -158,14 +188,18 @@ def attention_scaling(lengths=(128, 512, 2048, 8192), window=64, rounds=3, repea
     """
     points = []
     for length in lengths:
-        full_seconds, window_seconds = time_full_and_windowed(length, window, rounds, repeats, **layer_args)
+        full_seconds, window_seconds = time_full_and_windowed(
+            length, window, rounds, repeats, **layer_args
+        )
         full_bytes = window_bytes = 0
         if memory:
             full_bytes = peak_bytes(length, None, **layer_args)
             window_bytes = peak_bytes(length, window, **layer_args)
         points.append(ScalingPoint(length, full_seconds, window_seconds, full_bytes, window_bytes))
-        log(f"n={length}: full {full_seconds * 1e3:.1f} ms, {full_bytes / 2**20:.0f} MiB; "
-            f"window {window} {window_seconds * 1e3:.1f} ms, {window_bytes / 2**20:.0f} MiB")
+        log(
+            f"n={length}: full {full_seconds * 1e3:.1f} ms, {full_bytes / 2**20:.0f} MiB; "
+            f"window {window} {window_seconds * 1e3:.1f} ms, {window_bytes / 2**20:.0f} MiB"
+        )
     return points
 
 
@@ -192,8 +226,10 @@ def format_scaling_table(points, window):
         "full_bytes": [point.full_bytes for point in points],
         "window_bytes": [point.window_bytes for point in points],
     }
-    growth = {name: [None] + growth_per_doubling(lengths, values) if all(values) else [None] * len(points)
-              for name, values in columns.items()}
+    growth = {
+        name: [None] + growth_per_doubling(lengths, values) if all(values) else [None] * len(points)
+        for name, values in columns.items()
+    }
 
     def with_growth(value, factor, scale, unit):
         text = f"{value * scale:,.1f} {unit}" if value else "-"
@@ -234,8 +270,12 @@ def plot_scaling(points, window, path):
         windowed = np.array([getattr(point, window_field) for point in points]) * scale
         axis.loglog(lengths, full, "o-", color="tab:red", label="full attention")
         axis.loglog(lengths, windowed, "o-", color="tab:blue", label=f"window r = {window}")
-        axis.loglog(lengths, full[-1] * (lengths / lengths[-1]) ** 2, ":", color="gray", label="~ n^2")
-        axis.loglog(lengths, windowed[-1] * (lengths / lengths[-1]), "--", color="gray", label="~ n")
+        axis.loglog(
+            lengths, full[-1] * (lengths / lengths[-1]) ** 2, ":", color="gray", label="~ n^2"
+        )
+        axis.loglog(
+            lengths, windowed[-1] * (lengths / lengths[-1]), "--", color="gray", label="~ n"
+        )
         axis.set_xlabel("sequence length n")
         axis.set_ylabel(label)
         axis.set_xticks(lengths, [f"{int(n):,}" for n in lengths])

@@ -49,8 +49,17 @@ SETTINGS = "settings.json"
 PASSES = 3
 
 
-def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentences=128, batch_size=32,
-            beam_size=None, length_penalty=None, max_output_offset=None):
+def prepare(
+    work_dir,
+    model_dir,
+    num_batches=20,
+    batch_tokens=2048,
+    num_sentences=128,
+    batch_size=32,
+    beam_size=None,
+    length_penalty=None,
+    max_output_offset=None,
+):
     """Write the work directory from run `model_dir` (TensorFlow): config, tokenizer, weights,
     `num_batches` training batches of the run's corpus and `num_sentences` validation sources.
     The beam settings default to the run config's (`SearchOptions.from_config`)."""
@@ -63,28 +72,40 @@ def prepare(work_dir, model_dir, num_batches=20, batch_tokens=2048, num_sentence
     work_dir.mkdir(parents=True, exist_ok=True)
     model, tokenizer, config = load_run(model_dir)
     options = SearchOptions.from_config(
-        config, "beam", beam_size=beam_size, length_penalty=length_penalty, max_output_offset=max_output_offset
+        config,
+        "beam",
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_output_offset=max_output_offset,
     )
     model.save_weights(work_dir / WEIGHTS)
     tokenizer_file = work_dir / "spm.model"
     tokenizer_file.write_bytes(tokenizer.model_proto)
     train = load_run_pairs(model_dir, "train")
     batches = list(
-        make_dataset(train, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False)
+        make_dataset(
+            train, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, shuffle=False
+        )
         .take(num_batches)
         .as_numpy_iterator()
     )
     save_batches(work_dir / TRAIN_BATCHES, batches)
     sources = [source for source, _ in load_run_pairs(model_dir, "val")[:num_sentences]]
     decode = source_batches(tokenizer, sources, batch_size, config.max_length)
-    np.savez(work_dir / SOURCE_BATCHES, **{f"batch_{index}": np.asarray(ids) for index, ids in enumerate(decode)})
+    np.savez(
+        work_dir / SOURCE_BATCHES,
+        **{f"batch_{index}": np.asarray(ids) for index, ids in enumerate(decode)},
+    )
     settings = {
         "config": config.to_dict(),
         "num_batches": len(batches),
         "num_sentences": len(sources),
         "batch_size": batch_size,
-        "search": {"beam_size": options.beam_size, "length_penalty": options.length_penalty,
-                   "max_output_offset": options.max_output_offset},
+        "search": {
+            "beam_size": options.beam_size,
+            "length_penalty": options.length_penalty,
+            "max_output_offset": options.max_output_offset,
+        },
     }
     (work_dir / SETTINGS).write_text(json.dumps(settings))
     return settings
@@ -105,7 +126,10 @@ def load_batches(path):
     with np.load(path) as stored:
         count = sum(name.startswith("labels_") for name in stored.files)
         return [
-            ({"source_ids": stored[f"source_ids_{i}"], "target_ids": stored[f"target_ids_{i}"]}, stored[f"labels_{i}"])
+            (
+                {"source_ids": stored[f"source_ids_{i}"], "target_ids": stored[f"target_ids_{i}"]},
+                stored[f"labels_{i}"],
+            )
             for i in range(count)
         ]
 
@@ -135,14 +159,19 @@ def _time_training(model, config, batches):
 
     from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
-    model.compile(optimizer=paper_optimizer(config.hidden_dim, config.warmup_steps),
-                  loss=LabelSmoothedCrossEntropy(config.label_smoothing))
+    model.compile(
+        optimizer=paper_optimizer(config.hidden_dim, config.warmup_steps),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+    )
 
     def dataset():
         return tf.data.Dataset.from_generator(
             lambda: iter(batches),
             output_signature=(
-                {key: tf.TensorSpec([None, None], tf.int32) for key in ("source_ids", "target_ids")},
+                {
+                    key: tf.TensorSpec([None, None], tf.int32)
+                    for key in ("source_ids", "target_ids")
+                },
                 tf.TensorSpec([None, None], tf.int32),
             ),
         )
@@ -170,8 +199,11 @@ def _search_function(model, backend, search, searcher="ours"):
         from keras_transformer.benchmark.peers import keras_hub_beam_search
 
         def search_fn(ids):
-            return keras_hub_beam_search(model, ids, search["beam_size"], search["max_output_offset"])
+            return keras_hub_beam_search(
+                model, ids, search["beam_size"], search["max_output_offset"]
+            )
     else:
+
         def search_fn(ids):
             return beam_search(model, ids, **search)[0][:, 0]
 
@@ -232,10 +264,20 @@ def worker(work_dir, out_file):
     model, config = _model(work_dir, settings)
     # Decoding leaves the weights as they are; training last.
     decoding = _time_decoding(model, backend, sources, settings["search"])
-    keras_hub_decoding = _time_decoding(model, backend, sources, settings["search"], searcher="keras-hub")
+    keras_hub_decoding = _time_decoding(
+        model, backend, sources, settings["search"], searcher="keras-hub"
+    )
     training = _time_training(model, config, train)
-    Path(out_file).write_text(json.dumps({"backend": backend, "training": training, "decoding": decoding,
-                                          "keras_hub_decoding": keras_hub_decoding}))
+    Path(out_file).write_text(
+        json.dumps(
+            {
+                "backend": backend,
+                "training": training,
+                "decoding": decoding,
+                "keras_hub_decoding": keras_hub_decoding,
+            }
+        )
+    )
 
 
 def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
@@ -243,7 +285,7 @@ def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
     backend's list of results."""
     results = {backend: [] for backend in backends}
     for round_index in range(rounds):
-        order = backends[round_index % len(backends):] + backends[: round_index % len(backends)]
+        order = backends[round_index % len(backends) :] + backends[: round_index % len(backends)]
         for backend in order:
             out_file = Path(work_dir) / f"result_{backend}_{round_index}.json"
             env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
@@ -251,17 +293,30 @@ def run_rounds(work_dir, backends=BACKENDS, rounds=3, log=print, timeout=1800):
                 env.setdefault("JAX_PLATFORMS", "cpu")
             started = time.monotonic()
             completed = subprocess.run(
-                [sys.executable, "-m", "keras_transformer.benchmark.backends", str(work_dir), str(out_file)],
-                capture_output=True, text=True, timeout=timeout, env=env,
+                [
+                    sys.executable,
+                    "-m",
+                    "keras_transformer.benchmark.backends",
+                    str(work_dir),
+                    str(out_file),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
             )
             if completed.returncode != 0:
-                raise RuntimeError(f"the {backend} process failed: {completed.stderr.strip().splitlines()[-1:]}")
+                raise RuntimeError(
+                    f"the {backend} process failed: {completed.stderr.strip().splitlines()[-1:]}"
+                )
             result = json.loads(out_file.read_text())
             results[backend].append(result)
-            log(f"round {round_index + 1}/{rounds} {backend}: training {result['training']['tokens_per_second']:.0f} "
+            log(
+                f"round {round_index + 1}/{rounds} {backend}: training {result['training']['tokens_per_second']:.0f} "
                 f"tokens/s, beam {result['decoding']['sentences_per_second']:.2f} sentences/s, keras-hub's beam "
                 f"{result['keras_hub_decoding']['sentences_per_second']:.2f} sentences/s "
-                f"({time.monotonic() - started:.0f} s with start-up and compilation)")
+                f"({time.monotonic() - started:.0f} s with start-up and compilation)"
+            )
     return results
 
 
@@ -286,24 +341,28 @@ def summarize(results, reference="tensorflow"):
     for backend, found in best.items():
         same = sum(a == b for a, b in zip(found["token_ids"], base["token_ids"]))
         agree = sum(a == b for a, b in zip(found["keras_hub_token_ids"], found["token_ids"]))
-        rows.append({
-            "backend": backend,
-            "training_tokens_per_second": found["training"],
-            "training_ratio": found["training"] / base["training"],
-            "beam_sentences_per_second": found["decoding"],
-            "beam_ratio": found["decoding"] / base["decoding"],
-            "output_tokens_per_second": found["output_tokens"],
-            "same_outputs": f"{same}/{len(base['token_ids'])}",
-            "keras_hub_sentences_per_second": found["keras_hub"],
-            "over_keras_hub": found["decoding"] / found["keras_hub"],
-            "keras_hub_same_as_ours": f"{agree}/{len(found['token_ids'])}",
-        })
+        rows.append(
+            {
+                "backend": backend,
+                "training_tokens_per_second": found["training"],
+                "training_ratio": found["training"] / base["training"],
+                "beam_sentences_per_second": found["decoding"],
+                "beam_ratio": found["decoding"] / base["decoding"],
+                "output_tokens_per_second": found["output_tokens"],
+                "same_outputs": f"{same}/{len(base['token_ids'])}",
+                "keras_hub_sentences_per_second": found["keras_hub"],
+                "over_keras_hub": found["decoding"] / found["keras_hub"],
+                "keras_hub_same_as_ours": f"{agree}/{len(found['token_ids'])}",
+            }
+        )
     return rows
 
 
 def format_summary(rows):
-    header = (f"{'backend':<11} {'train tok/s':>11} {'vs TF':>6} {'beam sent/s':>11} {'vs TF':>6} "
-              f"{'out tok/s':>9}  same outputs as TF  keras-hub beam sent/s  ours/keras-hub  keras-hub best = ours")
+    header = (
+        f"{'backend':<11} {'train tok/s':>11} {'vs TF':>6} {'beam sent/s':>11} {'vs TF':>6} "
+        f"{'out tok/s':>9}  same outputs as TF  keras-hub beam sent/s  ours/keras-hub  keras-hub best = ours"
+    )
     lines = [header]
     for row in rows:
         lines.append(

@@ -25,6 +25,8 @@ def padded_batches(pairs, tokenizer, length, batch_size, count):
 def real_lengths(batches):
     """Per-sentence real (non-padding) source and target lengths of `(inputs, labels)` batches
     (tensors or numpy arrays)."""
-    source = np.concatenate([np.sum(np.asarray(inputs["source_ids"]) != PAD_ID, 1) for inputs, _ in batches])
+    source = np.concatenate(
+        [np.sum(np.asarray(inputs["source_ids"]) != PAD_ID, 1) for inputs, _ in batches]
+    )
     target = np.concatenate([np.sum(np.asarray(labels) != PAD_ID, 1) for _, labels in batches])
     return source, target

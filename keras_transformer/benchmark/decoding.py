@@ -71,13 +71,17 @@ def source_batches(tokenizer, texts, batch_size, max_source_length, width_multip
     return batches
 
 
-def time_search(model, batches, method, use_cache, name=None, repeats=1, jit_compile=False, **options):
+def time_search(
+    model, batches, method, use_cache, name=None, repeats=1, jit_compile=False, **options
+):
     """Decode every batch with one search configuration; returns a `DecodingSpeed`.
 
     The untimed warm-up traces the function on the first batch; under XLA
     (`jit_compile=True`) it also compiles every distinct batch shape.
     """
-    search_fn = make_search_fn(model, method, use_cache=use_cache, jit_compile=jit_compile, **options)
+    search_fn = make_search_fn(
+        model, method, use_cache=use_cache, jit_compile=jit_compile, **options
+    )
     start = time.perf_counter()
     shapes = {batch.shape: batch for batch in batches} if jit_compile else {None: batches[0]}
     for batch in shapes.values():
@@ -97,7 +101,14 @@ def time_search(model, batches, method, use_cache, name=None, repeats=1, jit_com
     seconds = min(times)
     tokens = int(sum(len(row) for row in outputs))
     return DecodingSpeed(
-        name or method, use_cache, len(outputs), tokens, seconds, warmup, outputs, mean_seconds=sum(times) / len(times)
+        name or method,
+        use_cache,
+        len(outputs),
+        tokens,
+        seconds,
+        warmup,
+        outputs,
+        mean_seconds=sum(times) / len(times),
     )
 
 
@@ -134,12 +145,16 @@ def benchmark_decoding(
     """
     unknown = sorted(set(methods) - {"greedy", "beam"})
     if unknown:
-        raise ValueError(f"methods must be among 'greedy' and 'beam'. Received: {', '.join(unknown)}")
+        raise ValueError(
+            f"methods must be among 'greedy' and 'beam'. Received: {', '.join(unknown)}"
+        )
     texts = list(texts)
     if not texts:
         raise ValueError("No sentences to decode")
     search = SearchOptions.from_config(model.config, "beam", beam_size=beam_size, **options)
-    batches = source_batches(tokenizer, texts, batch_size, model.config.max_length, 8 if jit_compile else 1)
+    batches = source_batches(
+        tokenizer, texts, batch_size, model.config.max_length, 8 if jit_compile else 1
+    )
     results = []
     for method in methods:
         method_options = search.with_method(method).kwargs()
@@ -147,7 +162,14 @@ def benchmark_decoding(
         for use_cache in (True, False):
             results.append(
                 time_search(
-                    model, batches, method, use_cache, name, repeats, jit_compile=jit_compile, **method_options
+                    model,
+                    batches,
+                    method,
+                    use_cache,
+                    name,
+                    repeats,
+                    jit_compile=jit_compile,
+                    **method_options,
                 )
             )
     return results
@@ -161,9 +183,7 @@ def agreement(first, second):
 
 def format_speed_table(results):
     """A text table of `benchmark_decoding` results, with the cached/recompute speedups."""
-    header = (
-        f"{'search':<8} {'decoder':<10} {'sentences':>9} {'tokens':>7} {'seconds':>9} {'sent/s':>9} {'tokens/s':>9}"
-    )
+    header = f"{'search':<8} {'decoder':<10} {'sentences':>9} {'tokens':>7} {'seconds':>9} {'sent/s':>9} {'tokens/s':>9}"
     lines = [header, "-" * len(header)]
     for result in results:
         decoder = "cached" if result.use_cache else "recompute"

@@ -19,14 +19,23 @@ def training_flops(config, source_lengths, target_lengths):
     """
     s = np.asarray(source_lengths, dtype=np.float64)
     t = np.asarray(target_lengths, dtype=np.float64)
-    d, f, v, h = config.hidden_dim, config.intermediate_dim, config.vocabulary_size, config.num_heads
+    d, f, v, h = (
+        config.hidden_dim,
+        config.intermediate_dim,
+        config.vocabulary_size,
+        config.num_heads,
+    )
     dk, dv = config.head_key_dim * h, config.head_value_dim * h
     projections = 2 * d * (2 * dk + dv) + 2 * dv * d  # Q, K, V and output projections per token
     feed_forward = 2 * 2 * d * f
     encoder = config.num_encoder_layers * (
         s.sum() * (projections + feed_forward) + 2 * (s**2).sum() * (dk + dv)
     )
-    cross = s.sum() * 2 * d * (dk + dv) + t.sum() * (2 * d * dk + 2 * dv * d) + 2 * (s * t).sum() * (dk + dv)
+    cross = (
+        s.sum() * 2 * d * (dk + dv)
+        + t.sum() * (2 * d * dk + 2 * dv * d)
+        + 2 * (s * t).sum() * (dk + dv)
+    )
     decoder = config.num_decoder_layers * (
         t.sum() * (projections + feed_forward) + 2 * (t**2).sum() * (dk + dv) + cross
     )

@@ -21,7 +21,11 @@ from pathlib import Path
 # Dense peaks in TFLOP/s from NVIDIA's data sheets (the sparsity figures halved where the
 # sheet quotes only those): (name pattern, label, {dtype: TFLOP/s}). First match wins.
 GPU_PEAKS = (
-    (r"H100.*PCIe", "H100 PCIe", {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0}),
+    (
+        r"H100.*PCIe",
+        "H100 PCIe",
+        {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0},
+    ),
     (r"H100", "H100 SXM", {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}),
     (r"H200", "H200 SXM", {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4}),
     (r"A100", "A100", {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}),
@@ -70,7 +74,9 @@ def cpu_peak_flops(cores, fma_units, simd_lanes, clock_hz):
 
 def _check_dtype(compute_dtype):
     if compute_dtype not in COMPUTE_DTYPES:
-        raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}. Received: compute_dtype={compute_dtype!r}")
+        raise ValueError(
+            f"compute_dtype must be one of {COMPUTE_DTYPES}. Received: compute_dtype={compute_dtype!r}"
+        )
 
 
 def simd_lanes(flags, compute_dtype):
@@ -93,8 +99,23 @@ def simd_lanes(flags, compute_dtype):
     return lanes, bits, ""
 
 
-ARITHMETIC_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-                    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
+ARITHMETIC_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+    "amx_int8",
+)
 """The `/proc/cpuinfo` flags that decide how fast matrix arithmetic can run, in this order."""
 
 
@@ -136,7 +157,9 @@ def parse_cpuinfo(text):
     return processors
 
 
-def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=None, max_frequency_khz=None):
+def cpu_peak(
+    compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=None, max_frequency_khz=None
+):
     """The peak of this machine's CPUs (or of the given `/proc/cpuinfo` text) for `compute_dtype`.
 
     Args:
@@ -168,10 +191,13 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
     amx_flag = AMX_FLAGS.get(compute_dtype)
     amx = amx_flag in flags
     if amx:
-        units = [f"AMX: {amx_flag} in /proc/cpuinfo flags, {AMX_FLOPS_PER_CYCLE} {compute_dtype} FLOP/cycle per core"]
+        units = [
+            f"AMX: {amx_flag} in /proc/cpuinfo flags, {AMX_FLOPS_PER_CYCLE} {compute_dtype} FLOP/cycle per core"
+        ]
     else:
         units = [
-            f"SIMD: {bits}-bit vectors ({_vector_flag(flags)} in /proc/cpuinfo flags)" + (f", {note}" if note else ""),
+            f"SIMD: {bits}-bit vectors ({_vector_flag(flags)} in /proc/cpuinfo flags)"
+            + (f", {note}" if note else ""),
             f"FMA units per core: {fma_units} (assumed; not exposed by the machine)",
         ]
     sources = [
@@ -189,16 +215,26 @@ def cpu_peak(compute_dtype="float32", fma_units=2, cpuinfo=None, usable_cpus=Non
         sources.append("clock: given")
     if max_frequency_khz is None:
         max_frequency_khz = max(float(p["cpu MHz"]) for p in processors) * 1000
-        sources.append("clock: 'cpu MHz' in /proc/cpuinfo (the current clock; no cpufreq maximum exposed)")
+        sources.append(
+            "clock: 'cpu MHz' in /proc/cpuinfo (the current clock; no cpufreq maximum exposed)"
+        )
     clock_hz = max_frequency_khz * 1000
     device = f"{processors[0].get('model name', 'CPU')} (CPU)"
     if amx:
-        formula = f"{cores} cores x {AMX_FLOPS_PER_CYCLE} FLOP/cycle (AMX) x {clock_hz / 1e9:.3f} GHz"
-        return Peak(cores * AMX_FLOPS_PER_CYCLE * clock_hz, device, compute_dtype, formula, tuple(sources))
-    formula = (
-        f"{cores} cores x {fma_units} FMA units x {lanes} {compute_dtype} lanes x 2 x {clock_hz / 1e9:.3f} GHz"
+        formula = (
+            f"{cores} cores x {AMX_FLOPS_PER_CYCLE} FLOP/cycle (AMX) x {clock_hz / 1e9:.3f} GHz"
+        )
+        return Peak(
+            cores * AMX_FLOPS_PER_CYCLE * clock_hz, device, compute_dtype, formula, tuple(sources)
+        )
+    formula = f"{cores} cores x {fma_units} FMA units x {lanes} {compute_dtype} lanes x 2 x {clock_hz / 1e9:.3f} GHz"
+    return Peak(
+        cpu_peak_flops(cores, fma_units, lanes, clock_hz),
+        device,
+        compute_dtype,
+        formula,
+        tuple(sources),
     )
-    return Peak(cpu_peak_flops(cores, fma_units, lanes, clock_hz), device, compute_dtype, formula, tuple(sources))
 
 
 def gpu_peak(device_name, compute_dtype="float32", tf32=True):
@@ -216,10 +252,17 @@ def gpu_peak(device_name, compute_dtype="float32", tf32=True):
     for pattern, label, peaks in GPU_PEAKS:
         if re.search(pattern, device_name):
             dtype = "tf32" if compute_dtype == "float32" and tf32 else compute_dtype
-            return Peak(peaks[dtype] * 1e12, label, dtype, f"published dense {dtype} peak of the {label}",
-                        (f"device: {device_name!r}",))
+            return Peak(
+                peaks[dtype] * 1e12,
+                label,
+                dtype,
+                f"published dense {dtype} peak of the {label}",
+                (f"device: {device_name!r}",),
+            )
     known = ", ".join(label for _, label, _ in GPU_PEAKS)
-    raise ValueError(f"No published peak for this GPU (known: {known}). Received: device_name={device_name!r}")
+    raise ValueError(
+        f"No published peak for this GPU (known: {known}). Received: device_name={device_name!r}"
+    )
 
 
 def hardware_peak(compute_dtype="float32", fma_units=2):
@@ -229,5 +272,7 @@ def hardware_peak(compute_dtype="float32", fma_units=2):
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
-        return gpu_peak(name, compute_dtype, tf32=tf.config.experimental.tensor_float_32_execution_enabled())
+        return gpu_peak(
+            name, compute_dtype, tf32=tf.config.experimental.tensor_float_32_execution_enabled()
+        )
     return cpu_peak(compute_dtype, fma_units=fma_units)

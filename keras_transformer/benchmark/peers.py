@@ -57,17 +57,27 @@ def keras_hub_transformer(config, dtype=None):
     for name in ("key_dim", "value_dim"):
         value = getattr(config, name)
         if value is not None and value * config.num_heads != config.hidden_dim:
-            raise ValueError(f"The keras-hub peer's heads are hidden_dim / num_heads wide. Received: {name}={value}")
+            raise ValueError(
+                f"The keras-hub peer's heads are hidden_dim / num_heads wide. Received: {name}={value}"
+            )
     policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
     embedding = keras_hub.layers.ReversibleEmbedding(
-        config.vocabulary_size, config.hidden_dim, mask_zero=True, dtype=policy, name="token_embedding"
+        config.vocabulary_size,
+        config.hidden_dim,
+        mask_zero=True,
+        dtype=policy,
+        name="token_embedding",
     )
     positions = keras_hub.layers.SinePositionEncoding(dtype=policy, name="position_encoding")
 
     def embed(ids, side):
         hidden = embedding(ids)
-        hidden = keras.layers.Add(dtype=policy, name=f"{side}_embedding_sum")([hidden, positions(hidden)])
-        return keras.layers.Dropout(config.dropout, dtype=policy, name=f"{side}_embedding_dropout")(hidden)
+        hidden = keras.layers.Add(dtype=policy, name=f"{side}_embedding_sum")(
+            [hidden, positions(hidden)]
+        )
+        return keras.layers.Dropout(config.dropout, dtype=policy, name=f"{side}_embedding_dropout")(
+            hidden
+        )
 
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
@@ -98,11 +108,15 @@ def keras_hub_transformer(config, dtype=None):
         hidden = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_epsilon, dtype=policy, name="decoder_final_layer_norm"
         )(hidden)
-    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(embedding(hidden, reverse=True))
+    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(
+        embedding(hidden, reverse=True)
+    )
     for built in blocks:
         for attention in attention_layers(built):
             _set_attention_dropout(attention, config.attention_dropout)
-    return keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer")
+    return keras.Model(
+        {"source_ids": source_ids, "target_ids": target_ids}, logits, name="keras_hub_transformer"
+    )
 
 
 class PeerTargetRows:
@@ -119,8 +133,14 @@ class PeerTargetRows:
     """
 
     def __init__(self, peer, config):
-        last = "decoder_final_layer_norm" if config.normalize_first else f"decoder_{config.num_decoder_layers - 1}"
-        self.decoder_output = keras.Model(peer.input, peer.get_layer(last).output, name="keras_hub_decoder_output")
+        last = (
+            "decoder_final_layer_norm"
+            if config.normalize_first
+            else f"decoder_{config.num_decoder_layers - 1}"
+        )
+        self.decoder_output = keras.Model(
+            peer.input, peer.get_layer(last).output, name="keras_hub_decoder_output"
+        )
         self.embedding = peer.get_layer("token_embedding")
         self.trainable_variables = peer.trainable_variables
 
@@ -135,7 +155,9 @@ class PeerTargetRows:
 
         hidden = self.decoder_output(inputs, training=training)  # (B, T, D)
         positions = packing.packed_positions(padding_mask(inputs["target_ids"], PAD_ID))
-        rows = packing.pack(hidden, (positions, None))  # (N, D), gathered as ours (gathers both ways)
+        rows = packing.pack(
+            hidden, (positions, None)
+        )  # (N, D), gathered as ours (gathers both ways)
         logits = ops.cast(self.embedding(rows, reverse=True), "float32")
         return ops.take(ops.reshape(labels, (-1,)), positions, axis=0), logits
 
@@ -164,7 +186,8 @@ def keras_hub_beam_search(model, source_ids, beam_size, max_output_offset):
     encoder_outputs, source_mask = model.encode(source_ids)
     cache = {"layers": model.init_cache(encoder_outputs, buffer_size), "source_mask": source_mask}
     prompt = ops.concatenate(
-        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")], axis=1
+        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")],
+        axis=1,
     )
     given = ops.arange(buffer_size + 1)[None, :] < 1  # only BOS is given
 
@@ -174,6 +197,12 @@ def keras_hub_beam_search(model, source_ids, beam_size, max_output_offset):
         return logits[:, 0, :], None, {"layers": layers, "source_mask": cache["source_mask"]}
 
     sampler = keras_hub.samplers.BeamSampler(num_beams=beam_size)
-    generated = sampler(next_logits, prompt, cache=cache, index=1, mask=ops.broadcast_to(given, ops.shape(prompt)),
-                        stop_token_ids=(EOS_ID,))
+    generated = sampler(
+        next_logits,
+        prompt,
+        cache=cache,
+        index=1,
+        mask=ops.broadcast_to(given, ops.shape(prompt)),
+        stop_token_ids=(EOS_ID,),
+    )
     return generated[:, 1:]

@@ -28,7 +28,12 @@ import glob
 import re
 import tempfile
 
-from keras_transformer.benchmark.timing import fastest_of_alternating, make_train_step, run_steps, warm_up
+from keras_transformer.benchmark.timing import (
+    fastest_of_alternating,
+    make_train_step,
+    run_steps,
+    warm_up,
+)
 from keras_transformer.decoding.selection import SCOPE as SELECTION_SCOPE
 from keras_transformer.decoding.steps import REORDER_SCOPE
 
@@ -39,18 +44,31 @@ _OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
 # (kind, pattern on "scope/name:Type"), first match wins. The scopes are those of the
 # exported search (decoding/beam.py, decoding/steps.py, decoding/selection.py, layers/).
 OP_KINDS = (
-    ("tokenize / detokenize", re.compile(r"SentencepieceOp|Sentencepiece|StringJoin|UnicodeTranscode|RaggedTensorTo")),
+    (
+        "tokenize / detokenize",
+        re.compile(r"SentencepieceOp|Sentencepiece|StringJoin|UnicodeTranscode|RaggedTensorTo"),
+    ),
     # Every layer's cached keys/values follow the hypotheses kept (and drop finished sentences).
     ("beam reorder (gathers of the cache)", re.compile(rf"/{REORDER_SCOPE}(_\d+)?/")),
     ("encoder", re.compile(r"(^|/)encode[r_]|encoder_layer")),
     ("decoder self-attention", re.compile(r"self_attention")),
     ("decoder cross-attention", re.compile(r"cross_attention")),
     ("decoder feed-forward", re.compile(r"feed_forward")),
-    ("output projection (logits)", re.compile(r"(token_embedding|logits|shared_embedding).*:(MatMul|BatchMatMulV2|Einsum)")),
+    (
+        "output projection (logits)",
+        re.compile(r"(token_embedding|logits|shared_embedding).*:(MatMul|BatchMatMulV2|Einsum)"),
+    ),
     ("layer norm", re.compile(r"layer_norm")),
-    ("log-softmax, top-k, scores", re.compile(
-        rf"/{SELECTION_SCOPE}(_\d+)?/|:(TopKV2|LogSoftmax|Softmax|Max|Sum|ArgMax|Exp|Log|Sub|Mul|RealDiv)$")),
-    ("while-loop control", re.compile(r":(Enter|Exit|Merge|Switch|NextIteration|LoopCond|Identity|Less|LogicalAnd)$")),
+    (
+        "log-softmax, top-k, scores",
+        re.compile(
+            rf"/{SELECTION_SCOPE}(_\d+)?/|:(TopKV2|LogSoftmax|Softmax|Max|Sum|ArgMax|Exp|Log|Sub|Mul|RealDiv)$"
+        ),
+    ),
+    (
+        "while-loop control",
+        re.compile(r":(Enter|Exit|Merge|Switch|NextIteration|LoopCond|Identity|Less|LogicalAnd)$"),
+    ),
 )
 OTHER = "other"
 
@@ -64,7 +82,10 @@ TRAINING_PARTS = (
     ("output projection and embedding", re.compile(r"token_embedding|reversible_embedding")),
     ("attention", re.compile(r"attention")),
     ("feed-forward", re.compile(r"feed_?forward")),
-    ("positions and the rest of the model", re.compile(r"(^|/)(transformer|keras_hub_transformer)(_\d+)?/")),
+    (
+        "positions and the rest of the model",
+        re.compile(r"(^|/)(transformer|keras_hub_transformer)(_\d+)?/"),
+    ),
 )
 OUTSIDE = "loss and step (outside the model)"
 
@@ -101,8 +122,10 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
     steps = {name: make_train_step(model, config, jit_compile) for name, model in models.items()}
     for step in steps.values():
         warm_up(step, batches)
-    fastest = fastest_of_alternating({name: functools.partial(run_steps, step, batches)
-                                      for name, step in steps.items()}, rounds=2)
+    fastest = fastest_of_alternating(
+        {name: functools.partial(run_steps, step, batches) for name, step in steps.items()},
+        rounds=2,
+    )
     results = {}
     for name, step in steps.items():
         # A new step (and optimizer) for the profile: `step` ran unprofiled (`fresh_op_times`).
@@ -111,8 +134,12 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
         parts = collections.Counter()
         for op, seconds in times.items():
             parts[training_part(op)] += seconds
-        results[name] = {"step_seconds": fastest[name][0] / len(batches), "op_seconds": sum(times.values()),
-                         "parts": dict(parts.most_common()), "types": by_type(times)}
+        results[name] = {
+            "step_seconds": fastest[name][0] / len(batches),
+            "op_seconds": sum(times.values()),
+            "parts": dict(parts.most_common()),
+            "types": by_type(times),
+        }
     log(format_training_profile(results, len(batches), jit_compile))
     return results
 
@@ -130,21 +157,32 @@ def _steps_of_new_step(model, config, batches):
 def format_training_profile(results, num_batches, jit_compile=False):
     """Markdown: step time per model, each part's share of the op time, and the top op types."""
     names = list(results)
-    lines = [f"| {'XLA' if jit_compile else 'graph mode'}, {num_batches} batches | {' | '.join(names)} |",
-             f"|---|{'---|' * len(names)}",
-             "| seconds per step (fastest of 2 alternating rounds) | "
-             + " | ".join(f"{results[name]['step_seconds']:.3f}" for name in names) + " |"]
+    lines = [
+        f"| {'XLA' if jit_compile else 'graph mode'}, {num_batches} batches | {' | '.join(names)} |",
+        f"|---|{'---|' * len(names)}",
+        "| seconds per step (fastest of 2 alternating rounds) | "
+        + " | ".join(f"{results[name]['step_seconds']:.3f}" for name in names)
+        + " |",
+    ]
     if jit_compile:
         return "\n".join(lines + ["", "(XLA on a CPU: the trace holds no per-op times)"])
-    lines.append("| op time summed over threads (s) | " + " | ".join(f"{results[name]['op_seconds']:.1f}"
-                                                                   for name in names) + " |")
+    lines.append(
+        "| op time summed over threads (s) | "
+        + " | ".join(f"{results[name]['op_seconds']:.1f}" for name in names)
+        + " |"
+    )
     for part in [part for part, _ in TRAINING_PARTS] + [OUTSIDE]:
-        shares = [results[name]["parts"].get(part, 0.0) / max(results[name]["op_seconds"], 1e-12) for name in names]
+        shares = [
+            results[name]["parts"].get(part, 0.0) / max(results[name]["op_seconds"], 1e-12)
+            for name in names
+        ]
         lines.append(f"| {part} | " + " | ".join(f"{share:.0%}" for share in shares) + " |")
     lines.append("")
     for name in names:
-        top = ", ".join(f"{op} {seconds / max(results[name]['op_seconds'], 1e-12):.0%}"
-                        for op, seconds in results[name]["types"].items())
+        top = ", ".join(
+            f"{op} {seconds / max(results[name]['op_seconds'], 1e-12):.0%}"
+            for op, seconds in results[name]["types"].items()
+        )
         lines.append(f"{name}, top op types: {top}")
     return "\n".join(lines)
 
@@ -238,7 +276,9 @@ def by_type(times, top=10):
     return dict(totals.most_common(top))
 
 
-def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, profile_sentences=256, log=print):
+def saved_model_profile(
+    export_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, profile_sentences=256, log=print
+):
     """Sentences/s and op time by kind of a text-in/text-out SavedModel at each batch size.
 
     Args:
@@ -258,16 +298,25 @@ def saved_model_profile(export_dir, sources, batch_sizes=(16, 32, 64, 128), roun
     from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
 
     translate_batch = SavedModelTranslator(export_dir).translate_batch
-    translators = {size: functools.partial(translate_in_batches, translate_batch, batch_size=size)
-                   for size in batch_sizes}
+    translators = {
+        size: functools.partial(translate_in_batches, translate_batch, batch_size=size)
+        for size in batch_sizes
+    }
     for size, translator in translators.items():
         translator(sources[:size])  # trace this batch shape's graph
-    fastest = fastest_of_alternating({size: functools.partial(translator, sources)
-                                      for size, translator in translators.items()}, rounds)
+    fastest = fastest_of_alternating(
+        {size: functools.partial(translator, sources) for size, translator in translators.items()},
+        rounds,
+    )
     best = {size: seconds for size, (seconds, _) in fastest.items()}
     results = {}
-    for size in batch_sizes:  # on a new load of the SavedModel: `translators` ran unprofiled (`fresh_op_times`)
-        _, times = fresh_op_times(functools.partial(_translator_of_new_load, export_dir, size), sources[:profile_sentences])
+    for size in (
+        batch_sizes
+    ):  # on a new load of the SavedModel: `translators` ran unprofiled (`fresh_op_times`)
+        _, times = fresh_op_times(
+            functools.partial(_translator_of_new_load, export_dir, size),
+            sources[:profile_sentences],
+        )
         results[size] = {
             "sentences_per_second": len(sources) / best[size],
             "wall_seconds": best[size],
@@ -283,10 +332,16 @@ def _translator_of_new_load(export_dir, batch_size):
     """`translate_in_batches` over a new load of the SavedModel, for `fresh_op_times`."""
     from keras_transformer.decoding.translator import SavedModelTranslator, translate_in_batches
 
-    return functools.partial(translate_in_batches, SavedModelTranslator(export_dir).translate_batch, batch_size=batch_size)
+    return functools.partial(
+        translate_in_batches,
+        SavedModelTranslator(export_dir).translate_batch,
+        batch_size=batch_size,
+    )
 
 
-def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, vocabulary_map=None, log=print):
+def profile_run(
+    model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, vocabulary_map=None, log=print
+):
     """`saved_model_profile` of a trained run's export (the run's search settings, `TranslationModule`;
     `vocabulary_map`: over its shortlist, `decoding.shortlist`)."""
     from keras_transformer.decoding.options import SearchOptions
@@ -296,11 +351,20 @@ def profile_run(model_dir, sources, batch_sizes=(16, 32, 64, 128), rounds=2, voc
     model, tokenizer, config = load_run(model_dir)
     search = SearchOptions.from_config(config, "beam").kwargs()
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(TranslationModule(model, tokenizer, **search, vocabulary_map=vocabulary_map),
-                                      workdir, name="profile", verify=False, check_ops=False)
-        shortlist = "" if vocabulary_map is None else f", vocabulary map {vocabulary_map.description}"
-        log(f"SavedModel profile: beam {search['beam_size']}, alpha {search['length_penalty']}{shortlist}, "
-            f"{len(sources)} sentences, fastest of {rounds} alternating rounds per batch size")
+        exported = export_saved_model(
+            TranslationModule(model, tokenizer, **search, vocabulary_map=vocabulary_map),
+            workdir,
+            name="profile",
+            verify=False,
+            check_ops=False,
+        )
+        shortlist = (
+            "" if vocabulary_map is None else f", vocabulary map {vocabulary_map.description}"
+        )
+        log(
+            f"SavedModel profile: beam {search['beam_size']}, alpha {search['length_penalty']}{shortlist}, "
+            f"{len(sources)} sentences, fastest of {rounds} alternating rounds per batch size"
+        )
         return saved_model_profile(str(exported.path), sources, batch_sizes, rounds, log=log)
 
 
@@ -311,16 +375,26 @@ def format_profile(results, num_sentences, profile_sentences=256):
         f"| batch size | {' | '.join(str(size) for size in sizes)} |",
         f"|---|{'---|' * len(sizes)}",
         f"| sentences/s ({num_sentences} sentences) | "
-        + " | ".join(f"{results[size]['sentences_per_second']:.1f}" for size in sizes) + " |",
-        f"| op time summed over threads (s), first {min(profile_sentences, num_sentences)} sentences | " + " | ".join(f"{results[size]['op_seconds']:.1f}" for size in sizes) + " |",
+        + " | ".join(f"{results[size]['sentences_per_second']:.1f}" for size in sizes)
+        + " |",
+        f"| op time summed over threads (s), first {min(profile_sentences, num_sentences)} sentences | "
+        + " | ".join(f"{results[size]['op_seconds']:.1f}" for size in sizes)
+        + " |",
     ]
-    kinds = [kind for kind, _ in OP_KINDS if any(kind in results[size]["kinds"] for size in sizes)] + [OTHER]
+    kinds = [
+        kind for kind, _ in OP_KINDS if any(kind in results[size]["kinds"] for size in sizes)
+    ] + [OTHER]
     for kind in kinds:
-        shares = [results[size]["kinds"].get(kind, 0.0) / max(results[size]["op_seconds"], 1e-12) for size in sizes]
+        shares = [
+            results[size]["kinds"].get(kind, 0.0) / max(results[size]["op_seconds"], 1e-12)
+            for size in sizes
+        ]
         lines.append(f"| {kind} | " + " | ".join(f"{share:.0%}" for share in shares) + " |")
     lines.append("")
     for size in sizes:
-        top = ", ".join(f"{name} {seconds / max(results[size]['op_seconds'], 1e-12):.0%}"
-                        for name, seconds in results[size]["types"].items())
+        top = ", ".join(
+            f"{name} {seconds / max(results[size]['op_seconds'], 1e-12):.0%}"
+            for name, seconds in results[size]["types"].items()
+        )
         lines.append(f"batch {size}, top op types: {top}")
     return "\n".join(lines)

@@ -36,8 +36,14 @@ def plot_ratios(rows, path):
     positions = np.arange(len(rows))
     axis.barh(positions, ratios, color="tab:blue", label="measured ratio")
     with_target = [index for index, target in enumerate(targets) if target is not None]
-    axis.scatter([targets[i] for i in with_target], positions[with_target], color="tab:red", marker="|", s=400,
-                 label="target")
+    axis.scatter(
+        [targets[i] for i in with_target],
+        positions[with_target],
+        color="tab:red",
+        marker="|",
+        s=400,
+        label="target",
+    )
     axis.set_yticks(positions, names)
     axis.invert_yaxis()
     axis.set_xlabel("ratio (ours / peer or base)")

@@ -31,8 +31,12 @@ def write_synthetic_corpus(directory, pairs, seed=0):
     rng = np.random.default_rng(seed)
     for split, count in (("train", pairs), ("val", 500)):
         numbers = rng.integers(1, 1_000_000, count)
-        (directory / f"{split}.en").write_text("\n".join(english_number(int(n)) for n in numbers) + "\n")
-        (directory / f"{split}.de").write_text("\n".join(german_number(int(n)) for n in numbers) + "\n")
+        (directory / f"{split}.en").write_text(
+            "\n".join(english_number(int(n)) for n in numbers) + "\n"
+        )
+        (directory / f"{split}.de").write_text(
+            "\n".join(german_number(int(n)) for n in numbers) + "\n"
+        )
     return directory
 
 
@@ -57,11 +61,20 @@ def set_position(model_dir, step, batches_per_update):
 
 def time_to_first_update(model_dir, flags, step, timeout=1800):
     """Seconds from launching `train.py` (resuming at `step`) to its log line for step `step + 1`."""
-    command = [sys.executable, str(REPO / "experiments" / "train.py"), f"--model_dir={model_dir}",
-               f"--train_steps={step + 1}", "--log_every=1", "--noprogress", *flags]
+    command = [
+        sys.executable,
+        str(REPO / "experiments" / "train.py"),
+        f"--model_dir={model_dir}",
+        f"--train_steps={step + 1}",
+        "--log_every=1",
+        "--noprogress",
+        *flags,
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     marker = f"step {step + 1}/"
     elapsed, lines = None, []
     for line in process.stdout:

@@ -35,8 +35,21 @@ SHORTLIST_ENGINE = "SavedModel + shortlist"
 VMAP_SUFFIX = " + vmap"
 
 
-def training_rows(config, pairs, tokenizer, precision="float32", steps=30, rounds=3, batch_tokens=4096,
-                  padded_length=32, padded_batch=64, jit_compile=False, seed=0, fma_units=2, log=print):
+def training_rows(
+    config,
+    pairs,
+    tokenizer,
+    precision="float32",
+    steps=30,
+    rounds=3,
+    batch_tokens=4096,
+    padded_length=32,
+    padded_batch=64,
+    jit_compile=False,
+    seed=0,
+    fma_units=2,
+    log=print,
+):
     """Rows a-c: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).
 
     Args:
@@ -75,37 +88,83 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     ours_step = make_train_step(ours, config, jit_compile)
     peer_step = make_train_step(peer, config, jit_compile)
     ours_seconds, peer_seconds = compare_steps((ours_step, padded), (peer_step, padded), rounds)
-    measured(Row("a. train steps/s, identical padded batches", len(padded) / ours_seconds, len(padded) / peer_seconds,
-                 peer_seconds / ours_seconds, 1.25))
+    measured(
+        Row(
+            "a. train steps/s, identical padded batches",
+            len(padded) / ours_seconds,
+            len(padded) / peer_seconds,
+            peer_seconds / ours_seconds,
+            1.25,
+        )
+    )
 
     # b1. real target tokens/s, ours vs the peer, both on our bucketed batches
-    bucketed = list(make_dataset(pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length,
-                                 seed=seed).take(steps))
+    bucketed = list(
+        make_dataset(
+            pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, seed=seed
+        ).take(steps)
+    )
     bucketed_tokens = sum(real_lengths(bucketed)[1])
     ours_seconds, peer_seconds = compare_steps((ours_step, bucketed), (peer_step, bucketed), rounds)
-    measured(Row("b1. real target tokens/s, same bucketed batches", bucketed_tokens / ours_seconds,
-                 bucketed_tokens / peer_seconds, peer_seconds / ours_seconds, 1.25))
+    measured(
+        Row(
+            "b1. real target tokens/s, same bucketed batches",
+            bucketed_tokens / ours_seconds,
+            bucketed_tokens / peer_seconds,
+            peer_seconds / ours_seconds,
+            1.25,
+        )
+    )
 
     # b1'. the same, the two models taking turns on every batch (see compare_steps_per_batch)
-    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(ours_step, peer_step, bucketed, rounds)
-    measured(Row("b1'. the same, alternating per batch", bucketed_tokens / sum(ours_batch_seconds),
-                 bucketed_tokens / sum(peer_batch_seconds), sum(peer_batch_seconds) / sum(ours_batch_seconds), 1.25))
+    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(
+        ours_step, peer_step, bucketed, rounds
+    )
+    measured(
+        Row(
+            "b1'. the same, alternating per batch",
+            bucketed_tokens / sum(ours_batch_seconds),
+            bucketed_tokens / sum(peer_batch_seconds),
+            sum(peer_batch_seconds) / sum(ours_batch_seconds),
+            1.25,
+        )
+    )
     log(format_batch_ratios(bucketed, ours_batch_seconds, peer_batch_seconds))
 
     # b1''. b1' with the peer's loss on the real target positions too (`PeerTargetRows`): the same
     # training output on both sides, not keras-hub's own
     peer_rows_step = make_train_step(PeerTargetRows(peer, config), config, jit_compile)
-    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(ours_step, peer_rows_step, bucketed, rounds)
-    measured(Row("b1''. b1', the peer's loss on real target rows too", bucketed_tokens / sum(ours_batch_seconds),
-                 bucketed_tokens / sum(peer_batch_seconds), sum(peer_batch_seconds) / sum(ours_batch_seconds), 1.25))
+    ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(
+        ours_step, peer_rows_step, bucketed, rounds
+    )
+    measured(
+        Row(
+            "b1''. b1', the peer's loss on real target rows too",
+            bucketed_tokens / sum(ours_batch_seconds),
+            bucketed_tokens / sum(peer_batch_seconds),
+            sum(peer_batch_seconds) / sum(ours_batch_seconds),
+            1.25,
+        )
+    )
 
     # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
-    fixed = padded_batches(pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps)
+    fixed = padded_batches(
+        pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps
+    )
     fixed_tokens = sum(real_lengths(fixed)[1])
-    bucketed_seconds, fixed_seconds = compare_steps((ours_step, bucketed), (ours_step, fixed), rounds)
+    bucketed_seconds, fixed_seconds = compare_steps(
+        (ours_step, bucketed), (ours_step, fixed), rounds
+    )
     bucketed_rate, fixed_rate = bucketed_tokens / bucketed_seconds, fixed_tokens / fixed_seconds
-    measured(Row("b2. real target tokens/s, bucketed vs fixed padding, ours", bucketed_rate, fixed_rate,
-                 bucketed_rate / fixed_rate, 3.0))
+    measured(
+        Row(
+            "b2. real target tokens/s, bucketed vs fixed padding, ours",
+            bucketed_rate,
+            fixed_rate,
+            bucketed_rate / fixed_rate,
+            3.0,
+        )
+    )
 
     # b3. what skipping the padding gives (`config.skip_padding`): ours against the same weights
     # computing at the padding too, taking turns on every batch
@@ -113,9 +172,17 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
         padded_ours = Transformer(config.replace(skip_padding=False), dtype=policy)
         padded_ours.set_weights(ours.get_weights())
         skipping_seconds, padding_seconds = compare_steps_per_batch(
-            ours_step, make_train_step(padded_ours, config, jit_compile), bucketed, rounds)
-        measured(Row("b3. the same, ours vs ours computing at the padding", bucketed_tokens / sum(skipping_seconds),
-                     bucketed_tokens / sum(padding_seconds), sum(padding_seconds) / sum(skipping_seconds), None))
+            ours_step, make_train_step(padded_ours, config, jit_compile), bucketed, rounds
+        )
+        measured(
+            Row(
+                "b3. the same, ours vs ours computing at the padding",
+                bucketed_tokens / sum(skipping_seconds),
+                bucketed_tokens / sum(padding_seconds),
+                sum(padding_seconds) / sum(skipping_seconds),
+                None,
+            )
+        )
 
     # c. model FLOP utilization on real tokens: against the hardware peak, and (separately)
     # against the float32 matmul rate measured now
@@ -123,11 +190,25 @@ def training_rows(config, pairs, tokenizer, precision="float32", steps=30, round
     achieved = training_flops(config, source_lengths, target_lengths) / ours_seconds
     peak = hardware_peak(keras.dtype_policies.get(policy).compute_dtype, fma_units=fma_units)
     log(f"peak: {peak.describe()}")
-    measured(Row(f"c1. MFU: training FLOP/s / {peak.dtype} peak", achieved / 1e9, peak.flops_per_second / 1e9,
-                 achieved / peak.flops_per_second, None))
+    measured(
+        Row(
+            f"c1. MFU: training FLOP/s / {peak.dtype} peak",
+            achieved / 1e9,
+            peak.flops_per_second / 1e9,
+            achieved / peak.flops_per_second,
+            None,
+        )
+    )
     matmul = matmul_flops_per_second(dtype=peak.dtype if peak.dtype != "tf32" else "float32")
-    measured(Row(f"c2. training FLOP/s / measured {peak.dtype} matmul FLOP/s", achieved / 1e9, matmul / 1e9,
-                 achieved / matmul, 0.60))
+    measured(
+        Row(
+            f"c2. training FLOP/s / measured {peak.dtype} matmul FLOP/s",
+            achieved / 1e9,
+            matmul / 1e9,
+            achieved / matmul,
+            0.60,
+        )
+    )
     return rows
 
 
@@ -147,7 +228,9 @@ def format_batch_ratios(batches, ours_seconds, peer_seconds):
         group[1] += ours
         group[2] += peer
     lines = ["b1' by batch shape (sentences x target length: batches, peer/ours)"]
-    for (sentences, length), (count, ours, peer) in sorted(groups.items(), key=lambda item: item[0][1]):
+    for (sentences, length), (count, ours, peer) in sorted(
+        groups.items(), key=lambda item: item[0][1]
+    ):
         lines.append(f"  {sentences}x{length}: {count}, {peer / ours:.2f}")
     return "\n".join(lines)
 
@@ -156,8 +239,14 @@ def format_batch_ratios(batches, ours_seconds, peer_seconds):
 SAVED_MODEL_SECONDS = 8.0
 
 
-def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentences=None, baseline_saved_model=None,
-                  rounds=3):
+def decoding_rows(
+    model_dir,
+    sources,
+    decode_sentences=128,
+    saved_model_sentences=None,
+    baseline_saved_model=None,
+    rounds=3,
+):
     """Rows d: cached vs recompute beam 4, and the SavedModel translating `sources` (seconds).
 
     Args:
@@ -175,42 +264,87 @@ def decoding_rows(model_dir, sources, decode_sentences=128, saved_model_sentence
     from keras_transformer.export import TranslationModule, export_saved_model
 
     model, tokenizer, config = load_run(model_dir)
-    beam = SearchOptions.from_config(config, "beam")  # the run's settings (paper: beam 4, alpha 0.6, offset 50)
+    beam = SearchOptions.from_config(
+        config, "beam"
+    )  # the run's settings (paper: beam 4, alpha 0.6, offset 50)
     rows = []
     # Graph mode drops finished sentences from the working set; XLA keeps static shapes, so
     # there the recompute baseline re-runs the decoder over its whole output buffer.
     for jit_compile, mode in ((False, "graph"), (True, "XLA")):
         cached, recompute = benchmark_decoding(
-            model, tokenizer, sources[: decode_sentences], methods=("beam",), jit_compile=jit_compile,
+            model,
+            tokenizer,
+            sources[:decode_sentences],
+            methods=("beam",),
+            jit_compile=jit_compile,
             **beam.kwargs(),
         )
-        rows.append(Row(f"d. beam {beam.beam_size} sentences/s, cached vs recompute, {mode}", cached.sentences_per_second,
-                     recompute.sentences_per_second, recompute.seconds / cached.seconds, 10.0))
-    sources = sources[: saved_model_sentences] if saved_model_sentences else sources
+        rows.append(
+            Row(
+                f"d. beam {beam.beam_size} sentences/s, cached vs recompute, {mode}",
+                cached.sentences_per_second,
+                recompute.sentences_per_second,
+                recompute.seconds / cached.seconds,
+                10.0,
+            )
+        )
+    sources = sources[:saved_model_sentences] if saved_model_sentences else sources
     with tempfile.TemporaryDirectory() as export_dir:
-        result = export_saved_model(TranslationModule(model, tokenizer, **beam.kwargs()), export_dir, name="benchmark",
-                                    verify=False, check_ops=False)
+        result = export_saved_model(
+            TranslationModule(model, tokenizer, **beam.kwargs()),
+            export_dir,
+            name="benchmark",
+            verify=False,
+            check_ops=False,
+        )
         engines = {"ours": SavedModelTranslator(str(result.path), batch_size=64)}
         if baseline_saved_model:
             engines["baseline"] = SavedModelTranslator(baseline_saved_model, batch_size=64)
         for translate in engines.values():
             translate(sources[:64])  # warm-up (the first call loads the graph)
-        workloads = {name: functools.partial(translate, sources) for name, translate in engines.items()}
+        workloads = {
+            name: functools.partial(translate, sources) for name, translate in engines.items()
+        }
         timed = fastest_of_alternating(workloads, rounds if baseline_saved_model else 1)
     seconds, (translations, _) = timed["ours"]
     # Inverted so that "ratio >= target" reads as "within the time budget".
-    rows.append(Row(f"d. SavedModel, {len(sources)} test sentences, beam {beam.beam_size} (s)", seconds,
-                    SAVED_MODEL_SECONDS, SAVED_MODEL_SECONDS / seconds, 1.0))
+    rows.append(
+        Row(
+            f"d. SavedModel, {len(sources)} test sentences, beam {beam.beam_size} (s)",
+            seconds,
+            SAVED_MODEL_SECONDS,
+            SAVED_MODEL_SECONDS / seconds,
+            1.0,
+        )
+    )
     if baseline_saved_model:
         baseline_seconds, (baseline_translations, _) = timed["baseline"]
         same = sum(ours == theirs for ours, theirs in zip(translations, baseline_translations))
-        rows.append(Row(f"d. SavedModel vs baseline export (s), same outputs {same}/{len(sources)}", seconds,
-                        baseline_seconds, baseline_seconds / seconds, None))
+        rows.append(
+            Row(
+                f"d. SavedModel vs baseline export (s), same outputs {same}/{len(sources)}",
+                seconds,
+                baseline_seconds,
+                baseline_seconds / seconds,
+                None,
+            )
+        )
     return rows
 
 
-def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, threads=2, batch_sizes=(16, 32, 64, 128),
-                     sweep_sentences=256, rounds=3, tokenize="13a", vocabulary_map=None, log=print):
+def ctranslate2_rows(
+    model_dir,
+    pairs,
+    beam_size=None,
+    length_penalty=None,
+    threads=2,
+    batch_sizes=(16, 32, 64, 128),
+    sweep_sentences=256,
+    rounds=3,
+    tokenize="13a",
+    vocabulary_map=None,
+    log=print,
+):
     """Row e: the same weights and sentences decoded four ways, timed alternately in one run.
 
     Every engine takes text and returns text, so every time includes tokenizing and
@@ -248,13 +382,19 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
     """
     import ctranslate2
 
-    from keras_transformer.decoding.translator import SavedModelTranslator, Translator, translate_in_batches
+    from keras_transformer.decoding.translator import (
+        SavedModelTranslator,
+        Translator,
+        translate_in_batches,
+    )
     from keras_transformer.evaluation.bleu import corpus_bleu
     from keras_transformer.export import TranslationModule, export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
     model, tokenizer, config = load_run(model_dir)
-    search = SearchOptions.from_config(config, "beam", beam_size=beam_size, length_penalty=length_penalty).kwargs()
+    search = SearchOptions.from_config(
+        config, "beam", beam_size=beam_size, length_penalty=length_penalty
+    ).kwargs()
     beam_size, length_penalty = search["beam_size"], search["length_penalty"]
     sources, references = [source for source, _ in pairs], [reference for _, reference in pairs]
 
@@ -262,29 +402,64 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
         return [tokenizer.detokenize([list(ids)]).numpy()[0].decode("utf-8") for ids in outputs]
 
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(TranslationModule(model, tokenizer, **search), workdir, name="benchmark",
-                                      verify=False, check_ops=False)
+        exported = export_saved_model(
+            TranslationModule(model, tokenizer, **search),
+            workdir,
+            name="benchmark",
+            verify=False,
+            check_ops=False,
+        )
         saved_model = SavedModelTranslator(str(exported.path))
         in_process = Translator(model, tokenizer, "beam", **search)
         engines = {  # texts, batch size -> translations
-            "SavedModel": lambda texts, size: translate_in_batches(saved_model.translate_batch, texts, size)[0],
-            "in-process search": lambda texts, size: translate_in_batches(in_process.translate_batch, texts, size)[0],
+            "SavedModel": lambda texts, size: translate_in_batches(
+                saved_model.translate_batch, texts, size
+            )[0],
+            "in-process search": lambda texts, size: translate_in_batches(
+                in_process.translate_batch, texts, size
+            )[0],
         }
         if vocabulary_map is not None:
-            shortlisted = SavedModelTranslator(str(export_saved_model(
-                TranslationModule(model, tokenizer, **search, vocabulary_map=vocabulary_map), workdir,
-                name="shortlist", verify=False, check_ops=False).path))
-            engines[SHORTLIST_ENGINE] = (
-                lambda texts, size: translate_in_batches(shortlisted.translate_batch, texts, size)[0])
+            shortlisted = SavedModelTranslator(
+                str(
+                    export_saved_model(
+                        TranslationModule(
+                            model, tokenizer, **search, vocabulary_map=vocabulary_map
+                        ),
+                        workdir,
+                        name="shortlist",
+                        verify=False,
+                        check_ops=False,
+                    ).path
+                )
+            )
+            engines[SHORTLIST_ENGINE] = lambda texts, size: translate_in_batches(
+                shortlisted.translate_batch, texts, size
+            )[0]
         for quantization in ("float32", "int8"):
-            path = export_ctranslate2(model_dir, f"{workdir}/ct2_{quantization}", quantization=quantization,
-                                      vocabulary_map=vocabulary_map)
-            translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=threads)
+            path = export_ctranslate2(
+                model_dir,
+                f"{workdir}/ct2_{quantization}",
+                quantization=quantization,
+                vocabulary_map=vocabulary_map,
+            )
+            translator = ctranslate2.Translator(
+                str(path), device="cpu", inter_threads=1, intra_threads=threads
+            )
             for use_vmap in (False, True) if vocabulary_map is not None else (False,):
                 engines[f"CTranslate2 {quantization}" + (VMAP_SUFFIX if use_vmap else "")] = (
-                    lambda texts, size, translator=translator, use_vmap=use_vmap: detokenize(translate_ctranslate2(
-                        translator, tokenizer, texts, **search, max_source_length=config.max_length,
-                        max_batch_size=size, use_vmap=use_vmap)[0]))
+                    lambda texts, size, translator=translator, use_vmap=use_vmap: detokenize(
+                        translate_ctranslate2(
+                            translator,
+                            tokenizer,
+                            texts,
+                            **search,
+                            max_source_length=config.max_length,
+                            max_batch_size=size,
+                            use_vmap=use_vmap,
+                        )[0]
+                    )
+                )
 
         sweep = sources[:sweep_sentences]
         for translate in engines.values():
@@ -292,7 +467,12 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
         curve = {engine: {} for engine in engines}
         for size in batch_sizes:
             timed = fastest_of_alternating(
-                {engine: functools.partial(translate, sweep, size) for engine, translate in engines.items()}, rounds=1)
+                {
+                    engine: functools.partial(translate, sweep, size)
+                    for engine, translate in engines.items()
+                },
+                rounds=1,
+            )
             for engine, (seconds, _) in timed.items():
                 curve[engine][size] = len(sweep) / seconds
         chosen = {engine: max(rates, key=rates.get) for engine, rates in curve.items()}
@@ -302,31 +482,67 @@ def ctranslate2_rows(model_dir, pairs, beam_size=None, length_penalty=None, thre
             log(f"   {engine:26s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
 
         fastest = fastest_of_alternating(
-            {engine: functools.partial(translate, sources, chosen[engine]) for engine, translate in engines.items()},
-            rounds)
+            {
+                engine: functools.partial(translate, sources, chosen[engine])
+                for engine, translate in engines.items()
+            },
+            rounds,
+        )
 
-    log(f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
-        f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}")
+    log(
+        f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
+        f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}"
+    )
     log(f"   {'engine':26s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
     rates = {}
     for engine, (seconds, translations) in fastest.items():
         tokens = sum(len(ids) + 1 for ids in tokenizer.tokenize(translations).to_list())
         bleu = corpus_bleu(translations, references, tokenize=tokenize)[0]
         rates[engine] = len(sources) / seconds
-        log(f"   {engine:26s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}")
+        log(
+            f"   {engine:26s} {chosen[engine]:6d} {rates[engine]:12.2f} {tokens / seconds:10.1f} {bleu:7.2f}"
+        )
     base = rates["CTranslate2 float32"]
     rows = [
-        Row("e. SavedModel vs CTranslate2 float32, sentences/s", rates["SavedModel"], base, rates["SavedModel"] / base, 1.0),
-        Row("e. in-process vs CTranslate2 float32, sentences/s", rates["in-process search"], base,
-            rates["in-process search"] / base, None),
-        Row("e. CT2 int8 vs CTranslate2 float32, sentences/s", rates["CTranslate2 int8"], base,
-            rates["CTranslate2 int8"] / base, None),
-        Row("e. SavedModel vs CTranslate2 int8, sentences/s", rates["SavedModel"], rates["CTranslate2 int8"],
-            rates["SavedModel"] / rates["CTranslate2 int8"], 1.0),
+        Row(
+            "e. SavedModel vs CTranslate2 float32, sentences/s",
+            rates["SavedModel"],
+            base,
+            rates["SavedModel"] / base,
+            1.0,
+        ),
+        Row(
+            "e. in-process vs CTranslate2 float32, sentences/s",
+            rates["in-process search"],
+            base,
+            rates["in-process search"] / base,
+            None,
+        ),
+        Row(
+            "e. CT2 int8 vs CTranslate2 float32, sentences/s",
+            rates["CTranslate2 int8"],
+            base,
+            rates["CTranslate2 int8"] / base,
+            None,
+        ),
+        Row(
+            "e. SavedModel vs CTranslate2 int8, sentences/s",
+            rates["SavedModel"],
+            rates["CTranslate2 int8"],
+            rates["SavedModel"] / rates["CTranslate2 int8"],
+            1.0,
+        ),
     ]
     if vocabulary_map is not None:
         for quantization in ("float32", "int8"):
             theirs = rates[f"CTranslate2 {quantization}{VMAP_SUFFIX}"]
-            rows.append(Row(f"e. shortlist: SavedModel vs CT2 {quantization} + vmap, sentences/s",
-                            rates[SHORTLIST_ENGINE], theirs, rates[SHORTLIST_ENGINE] / theirs, None))
+            rows.append(
+                Row(
+                    f"e. shortlist: SavedModel vs CT2 {quantization} + vmap, sentences/s",
+                    rates[SHORTLIST_ENGINE],
+                    theirs,
+                    rates[SHORTLIST_ENGINE] / theirs,
+                    None,
+                )
+            )
     return rows

@@ -48,7 +48,9 @@ def warm_up(step, batches, log=None):
             float(step(inputs, labels))
             if log:
                 (batch, source), (_, target) = shape
-                log(f"first step on {batch}x{source}/{target} in {time.perf_counter() - start:.1f} s")
+                log(
+                    f"first step on {batch}x{source}/{target} in {time.perf_counter() - start:.1f} s"
+                )
 
 
 def run_steps(step, batches):
@@ -69,7 +71,12 @@ def compare_steps(first, second, rounds=3):
     for step, batches in (first, second):
         warm_up(step, batches)
     fastest = fastest_of_alternating(
-        {index: functools.partial(run_steps, *workload) for index, workload in enumerate((first, second))}, rounds)
+        {
+            index: functools.partial(run_steps, *workload)
+            for index, workload in enumerate((first, second))
+        },
+        rounds,
+    )
     return fastest[0][0], fastest[1][0]
 
 

@@ -26,16 +26,45 @@ BUILTIN_TASK_SPLIT_SIZES = {"train": 20_000, "val": 500, "test": 500}
 _MAX_NUMBER = 999_999
 
 _EN_UNITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_EN_TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-             "seventeen", "eighteen", "nineteen")
-_EN_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
-            "ninety")
+_EN_TEENS = (
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
+_EN_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
 _DE_UNITS = ("null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun")
-_DE_TEENS = ("zehn", "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn",
-             "siebzehn", "achtzehn", "neunzehn")
-_DE_TENS = ("", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig",
-            "achtzig", "neunzig")
+_DE_TEENS = (
+    "zehn",
+    "elf",
+    "zwölf",
+    "dreizehn",
+    "vierzehn",
+    "fünfzehn",
+    "sechzehn",
+    "siebzehn",
+    "achtzehn",
+    "neunzehn",
+)
+_DE_TENS = (
+    "",
+    "",
+    "zwanzig",
+    "dreißig",
+    "vierzig",
+    "fünfzig",
+    "sechzig",
+    "siebzig",
+    "achtzig",
+    "neunzig",
+)
 
 
 def _check_number(n: int) -> None:
@@ -190,13 +219,14 @@ def builtin_task(split: str) -> list[tuple[str, str]]:
     """
     split = {"validation": "val", "valid": "val"}.get(split, split)
     if split not in BUILTIN_TASK_SPLIT_SIZES:
-        raise ValueError(f"Unknown split {split!r}; valid splits: "
-                         f"{', '.join(BUILTIN_TASK_SPLIT_SIZES)}")
+        raise ValueError(
+            f"Unknown split {split!r}; valid splits: {', '.join(BUILTIN_TASK_SPLIT_SIZES)}"
+        )
     start = 0
     for name, size in BUILTIN_TASK_SPLIT_SIZES.items():
         if name == split:
             break
         start += size
     size = BUILTIN_TASK_SPLIT_SIZES[split]
-    numbers = _permutation(BUILTIN_TASK_RANGE, BUILTIN_TASK_SEED)[start:start + size]
+    numbers = _permutation(BUILTIN_TASK_RANGE, BUILTIN_TASK_SEED)[start : start + size]
     return [(english_number(n), german_number(n)) for n in numbers]

@@ -93,7 +93,7 @@ def read_lines(path: PathLike) -> list[str]:
         line_number = data.count(b"\n", 0, err.start) + 1
         raise ValueError(
             f"Invalid UTF-8 in {path} line {line_number}: "
-            f"byte {data[err.start:err.start + 1]!r} ({err.reason})"
+            f"byte {data[err.start : err.start + 1]!r} ({err.reason})"
         ) from err
     lines = text.split("\n")
     if lines[-1] == "":
@@ -162,8 +162,10 @@ def _local_multi30k_file(data_dir: PathLike, split: str, lang: str) -> PathLike:
         return compressed
     if fs.isfile(plain):
         return plain
-    raise FileNotFoundError(f"No Multi30k file for split {split!r}, language {lang!r}: "
-                            f"neither {compressed} nor {plain} exists")
+    raise FileNotFoundError(
+        f"No Multi30k file for split {split!r}, language {lang!r}: "
+        f"neither {compressed} nor {plain} exists"
+    )
 
 
 def _download(url: str, destination: PathLike) -> None:
@@ -228,14 +230,16 @@ def load_multi30k(
     _check_language(src_lang, MULTI30K_LANGUAGES, "Multi30k source language")
     _check_language(tgt_lang, MULTI30K_LANGUAGES, "Multi30k target language")
     if src_lang == tgt_lang:
-        raise ValueError(f"Source and target language are both {src_lang!r}; "
-                         f"they must differ")
+        raise ValueError(f"Source and target language are both {src_lang!r}; they must differ")
     split = _multi30k_split(split)
     if data_dir is not None:
         paths = [_local_multi30k_file(data_dir, split, lang) for lang in (src_lang, tgt_lang)]
     else:
-        cache = (cache_dir if cache_dir is not None
-                 else Path.home() / ".cache" / "keras_transformer" / "multi30k")
+        cache = (
+            cache_dir
+            if cache_dir is not None
+            else Path.home() / ".cache" / "keras_transformer" / "multi30k"
+        )
         paths = []
         for lang in (src_lang, tgt_lang):
             name = f"{split}.{lang}.gz"
@@ -313,10 +317,15 @@ def load_wmt14(
             "load_wmt14 needs tensorflow-datasets; install it with "
             "`pip install keras-transformer-toolkit[wmt]`"
         ) from err
-    dataset = tfds.load(f"wmt14_translate/{pair[0]}-{pair[1]}", split=split,
-                        data_dir=None if data_dir is None else os.fspath(data_dir),
-                        shuffle_files=False)
+    dataset = tfds.load(
+        f"wmt14_translate/{pair[0]}-{pair[1]}",
+        split=split,
+        data_dir=None if data_dir is None else os.fspath(data_dir),
+        shuffle_files=False,
+    )
     if max_examples is not None:
         dataset = dataset.take(max_examples)
-    return [(example[src_lang].decode("utf-8"), example[tgt_lang].decode("utf-8"))
-            for example in tfds.as_numpy(dataset)]
+    return [
+        (example[src_lang].decode("utf-8"), example[tgt_lang].decode("utf-8"))
+        for example in tfds.as_numpy(dataset)
+    ]

@@ -68,13 +68,19 @@ def check_bucket_boundaries(boundaries: Sequence[int], max_length: int) -> list[
             increasing and at most ``max_length``.
     """
     boundaries = [int(b) for b in boundaries]
-    if not boundaries or any(b < 1 for b in boundaries) or any(
-            a >= b for a, b in zip(boundaries, boundaries[1:])):
-        raise ValueError(f"bucket_boundaries must be positive and strictly increasing. "
-                         f"Received: bucket_boundaries={list(boundaries)}")
+    if (
+        not boundaries
+        or any(b < 1 for b in boundaries)
+        or any(a >= b for a, b in zip(boundaries, boundaries[1:]))
+    ):
+        raise ValueError(
+            f"bucket_boundaries must be positive and strictly increasing. "
+            f"Received: bucket_boundaries={list(boundaries)}"
+        )
     if boundaries[-1] > max_length:
-        raise ValueError(f"The largest bucket boundary {boundaries[-1]} exceeds "
-                         f"max_length={max_length}")
+        raise ValueError(
+            f"The largest bucket boundary {boundaries[-1]} exceeds max_length={max_length}"
+        )
     if boundaries[-1] < max_length:
         boundaries.append(max_length)
     return boundaries
@@ -159,27 +165,34 @@ def make_dataset(
         TensorShape([170, 24])
     """
     if max_length < 2:
-        raise ValueError(f"max_length must be at least 2 (a token plus BOS/EOS). "
-                         f"Received: max_length={max_length}")
+        raise ValueError(
+            f"max_length must be at least 2 (a token plus BOS/EOS). "
+            f"Received: max_length={max_length}"
+        )
     if batch_tokens < max_length:
-        raise ValueError(f"batch_tokens={batch_tokens} is smaller than max_length={max_length}; "
-                         f"a batch must hold at least one sequence of max_length tokens")
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is smaller than max_length={max_length}; "
+            f"a batch must hold at least one sequence of max_length tokens"
+        )
     if len(pairs) == 0:
         raise ValueError("make_dataset got no sentence pairs")
     tokenize = tokenizer.tokenize if sampling_alpha is None else tokenizer.sampler(sampling_alpha)
-    boundaries = (default_bucket_boundaries(max_length) if bucket_boundaries is None
-                  else check_bucket_boundaries(bucket_boundaries, max_length))
+    boundaries = (
+        default_bucket_boundaries(max_length)
+        if bucket_boundaries is None
+        else check_bucket_boundaries(bucket_boundaries, max_length)
+    )
     batch_sizes = [batch_tokens // b for b in boundaries]
 
     sources = [source for source, _ in pairs]
     targets = [target for _, target in pairs]
     dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
     if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if shuffle:
-        buffer_size = -(-len(pairs) // (input_context.num_input_pipelines
-                                        if input_context is not None else 1))
+        buffer_size = -(
+            -len(pairs) // (input_context.num_input_pipelines if input_context is not None else 1)
+        )
         dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
 
     def encode(source: tf.Tensor, target: tf.Tensor):
@@ -187,34 +200,42 @@ def make_dataset(
         target_tokens = tokenize(target)
         eos = tf.fill([source_tokens.nrows(), 1], EOS_ID)
         bos = tf.fill([target_tokens.nrows(), 1], BOS_ID)
-        return (tf.concat([source_tokens, eos], axis=1),
-                tf.concat([bos, target_tokens], axis=1),
-                tf.concat([target_tokens, eos], axis=1))
+        return (
+            tf.concat([source_tokens, eos], axis=1),
+            tf.concat([bos, target_tokens], axis=1),
+            tf.concat([target_tokens, eos], axis=1),
+        )
 
     # Tokenizing a batch at a time is much faster than one string at a time;
     # unbatch restores the element order. Unbatched rows of a ragged batch are
     # typed RaggedTensorSpec(ragged_rank=0), which padded_batch rejects; inside
     # a map they arrive as plain tensors, so the identity map below retypes them.
-    dataset = (dataset.batch(_TOKENIZE_BATCH)
-               .map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-               .unbatch()
-               .map(lambda source_ids, target_ids, labels: (source_ids, target_ids, labels)))
+    dataset = (
+        dataset.batch(_TOKENIZE_BATCH)
+        .map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
+        .map(lambda source_ids, target_ids, labels: (source_ids, target_ids, labels))
+    )
     dataset = dataset.filter(
         lambda source_ids, target_ids, labels: tf.logical_and(
-            tf.size(source_ids) <= max_length, tf.size(labels) <= max_length))
+            tf.size(source_ids) <= max_length, tf.size(labels) <= max_length
+        )
+    )
     if repeat:
         # Repeating after the filter makes an all-filtered dataset end (and fail
         # the cardinality assertion) instead of searching forever.
         dataset = dataset.repeat().apply(
-            tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+            tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY)
+        )
 
     boundaries_tensor = tf.constant(boundaries, tf.int64)
     batch_sizes_tensor = tf.constant(batch_sizes, tf.int64)
 
     def bucket_of(source_ids, target_ids, labels):
         length = tf.cast(tf.maximum(tf.size(source_ids), tf.size(labels)), tf.int64)
-        return tf.searchsorted(boundaries_tensor, length[tf.newaxis], side="left",
-                               out_type=tf.int64)[0]
+        return tf.searchsorted(
+            boundaries_tensor, length[tf.newaxis], side="left", out_type=tf.int64
+        )[0]
 
     def batch_bucket(bucket, window):
         length = boundaries_tensor[bucket]
@@ -224,8 +245,12 @@ def make_dataset(
             padding_values=(PAD_ID, PAD_ID, PAD_ID),
             drop_remainder=drop_remainder,
         )
-        return padded.map(lambda source_ids, target_ids, labels: (
-            {"source_ids": source_ids, "target_ids": target_ids}, labels))
+        return padded.map(
+            lambda source_ids, target_ids, labels: (
+                {"source_ids": source_ids, "target_ids": target_ids},
+                labels,
+            )
+        )
 
     dataset = dataset.group_by_window(
         key_func=bucket_of,
@@ -263,8 +288,9 @@ def padding_fraction(dataset: tf.data.Dataset, num_batches: int | None = None) -
     """
     if num_batches is None:
         if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
-            raise ValueError("padding_fraction needs num_batches for an infinite "
-                             "(repeated) dataset")
+            raise ValueError(
+                "padding_fraction needs num_batches for an infinite (repeated) dataset"
+            )
     else:
         check_positive_int("num_batches", num_batches)
         dataset = dataset.take(num_batches)

@@ -67,18 +67,32 @@ class BatchPlan:
     TensorShape([42, 24])
     """
 
-    def __init__(self, pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, batch_tokens: int,
-                 max_length: int = 128, bucket_boundaries: Sequence[int] | None = None, seed: int = 0,
-                 interrupted: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        tokenizer: Tokenizer,
+        *,
+        batch_tokens: int,
+        max_length: int = 128,
+        bucket_boundaries: Sequence[int] | None = None,
+        seed: int = 0,
+        interrupted: Callable[[], bool] | None = None,
+    ):
         check_positive_int("batch_tokens", batch_tokens)
         if batch_tokens < max_length:
-            raise ValueError(f"batch_tokens={batch_tokens} is smaller than max_length={max_length}; "
-                             f"a batch must hold at least one sequence of max_length tokens")
+            raise ValueError(
+                f"batch_tokens={batch_tokens} is smaller than max_length={max_length}; "
+                f"a batch must hold at least one sequence of max_length tokens"
+            )
         if len(pairs) == 0:
             raise ValueError("BatchPlan got no sentence pairs")
         self.seed = seed
-        self.boundaries = np.asarray(default_bucket_boundaries(max_length) if bucket_boundaries is None
-                                     else check_bucket_boundaries(bucket_boundaries, max_length), np.int64)
+        self.boundaries = np.asarray(
+            default_bucket_boundaries(max_length)
+            if bucket_boundaries is None
+            else check_bucket_boundaries(bucket_boundaries, max_length),
+            np.int64,
+        )
         self.batch_sizes = batch_tokens // self.boundaries
         sources = self._tokenize([source for source, _ in pairs], tokenizer, interrupted)
         targets = self._tokenize([target for _, target in pairs], tokenizer, interrupted)
@@ -101,7 +115,7 @@ class BatchPlan:
         for start in range(0, len(strings), _TOKENIZE_CHUNK):
             if interrupted is not None and interrupted():
                 raise InterruptedError("Interrupted while tokenizing the training data")
-            ragged = tokenizer.tokenize(tf.constant(strings[start:start + _TOKENIZE_CHUNK]))
+            ragged = tokenizer.tokenize(tf.constant(strings[start : start + _TOKENIZE_CHUNK]))
             flat.append(ragged.flat_values.numpy())
             lengths.append(ragged.row_lengths().numpy())
         offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
@@ -116,13 +130,15 @@ class BatchPlan:
         """The planned batches of `epoch`, in order: each an array of pair indices (into `pairs`)."""
         if self._cached_epoch is not None and self._cached_epoch[0] == epoch:
             return self._cached_epoch[1]
-        order = np.random.default_rng([self.seed, epoch]).permutation(self.examples)  # positions into kept
+        order = np.random.default_rng([self.seed, epoch]).permutation(
+            self.examples
+        )  # positions into kept
         buckets = self._buckets[order]
         batches, keys = [], []
         for bucket, size in enumerate(self.batch_sizes):
             where = np.flatnonzero(buckets == bucket)  # positions in this epoch's order
             for first in range(0, where.size, size):
-                chunk = where[first:first + size]
+                chunk = where[first : first + size]
                 batches.append(self._kept[order[chunk]])
                 # A full batch is emitted at its last pair; partial ones at the epoch's end.
                 keys.append(chunk[-1] if chunk.size == size else self.examples + bucket)
@@ -145,36 +161,50 @@ class BatchPlan:
         labels = np.full((pairs.size, length), PAD_ID, np.int32)
         (source_ids, source_offsets), (target_ids, target_offsets) = self._sources, self._targets
         for row, pair in enumerate(pairs):
-            tokens = source_ids[source_offsets[pair]:source_offsets[pair + 1]]
-            source[row, :tokens.size] = tokens
+            tokens = source_ids[source_offsets[pair] : source_offsets[pair + 1]]
+            source[row, : tokens.size] = tokens
             source[row, tokens.size] = EOS_ID
-            tokens = target_ids[target_offsets[pair]:target_offsets[pair + 1]]
+            tokens = target_ids[target_offsets[pair] : target_offsets[pair + 1]]
             target[row, 0] = BOS_ID
-            target[row, 1:tokens.size + 1] = tokens
-            labels[row, :tokens.size] = tokens
+            target[row, 1 : tokens.size + 1] = tokens
+            labels[row, : tokens.size] = tokens
             labels[row, tokens.size] = EOS_ID
         return source, target, labels
 
     def _buckets_of(self, pairs):
         return self._buckets[np.searchsorted(self._kept, pairs)]
 
-    def global_indices(self, start: int, num_pipelines: int = 1, pipeline_id: int = 0,
-                       replicas_per_pipeline: int = 1):
+    def global_indices(
+        self,
+        start: int,
+        num_pipelines: int = 1,
+        pipeline_id: int = 0,
+        replicas_per_pipeline: int = 1,
+    ):
         """The global batch indices one input pipeline delivers from position `start`, forever."""
         width = num_pipelines * replicas_per_pipeline
         k = 0
         while True:
-            yield start + (k // replicas_per_pipeline) * width + pipeline_id * replicas_per_pipeline \
+            yield (
+                start
+                + (k // replicas_per_pipeline) * width
+                + pipeline_id * replicas_per_pipeline
                 + k % replicas_per_pipeline
+            )
             k += 1
 
-    def dataset(self, start: int = 0, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+    def dataset(
+        self, start: int = 0, input_context: tf.distribute.InputContext | None = None
+    ) -> tf.data.Dataset:
         """The batches from global position `start` on, for one input pipeline, repeating epochs forever."""
         if input_context is None:
             layout = (1, 0, 1)
         else:
-            layout = (input_context.num_input_pipelines, input_context.input_pipeline_id,
-                      max(input_context.num_replicas_in_sync // input_context.num_input_pipelines, 1))
+            layout = (
+                input_context.num_input_pipelines,
+                input_context.input_pipeline_id,
+                max(input_context.num_replicas_in_sync // input_context.num_input_pipelines, 1),
+            )
 
         def generate():
             for index in self.global_indices(start, *layout):
@@ -182,7 +212,9 @@ class BatchPlan:
 
         ids = tf.TensorSpec([None, None], tf.int32)
         dataset = tf.data.Dataset.from_generator(generate, output_signature=(ids, ids, ids))
-        dataset = dataset.map(lambda source, target, labels: ({"source_ids": source, "target_ids": target}, labels))
+        dataset = dataset.map(
+            lambda source, target, labels: ({"source_ids": source, "target_ids": target}, labels)
+        )
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def dataset_fn(self, batches_drawn: int):

@@ -41,7 +41,9 @@ def load_pairs(dataset, split, src_lang="en", tgt_lang="de", data_dir=None, file
         return load_ptb_pairs(data_dir, split, files.get("val"), files.get("test"))
     if dataset == "files":
         if not files or split not in files:
-            raise ValueError(f"dataset='files' needs source/target files for split {split!r}. Received: files={files!r}")
+            raise ValueError(
+                f"dataset='files' needs source/target files for split {split!r}. Received: files={files!r}"
+            )
         return read_parallel(*files[split])
     raise ValueError(f"Unknown dataset {dataset!r}. Valid datasets: {', '.join(DATASETS)}")
 

@@ -55,8 +55,7 @@ _NUM_RESERVED = 4
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 
-def _sample_sentences(sentences: Iterable[str], max_sentences: int | None,
-                      seed: int) -> list[str]:
+def _sample_sentences(sentences: Iterable[str], max_sentences: int | None, seed: int) -> list[str]:
     """Keeps non-empty sentences; reservoir-samples ``max_sentences`` of them."""
     if max_sentences is None:
         return [s for s in sentences if s]
@@ -93,7 +92,9 @@ def _training_error(err: RuntimeError, vocabulary_size: int) -> ValueError:
             f"{too_low.group(2)} pieces ({_NUM_RESERVED} reserved plus the characters "
             f"kept by character_coverage)"
         )
-    return ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}: {message}")
+    return ValueError(
+        f"SentencePiece training failed for vocabulary_size={vocabulary_size}: {message}"
+    )
 
 
 def train_sentencepiece(
@@ -152,19 +153,30 @@ def train_sentencepiece(
         >>> path, Tokenizer(path).vocabulary_size
         (PosixPath('spm.model'), 20)
     """
-    if (isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int)
-            or vocabulary_size <= _NUM_RESERVED):
-        raise ValueError(f"vocabulary_size must be an int > {_NUM_RESERVED} (the reserved ids). "
-                         f"Received: vocabulary_size={vocabulary_size!r}")
+    if (
+        isinstance(vocabulary_size, bool)
+        or not isinstance(vocabulary_size, int)
+        or vocabulary_size <= _NUM_RESERVED
+    ):
+        raise ValueError(
+            f"vocabulary_size must be an int > {_NUM_RESERVED} (the reserved ids). "
+            f"Received: vocabulary_size={vocabulary_size!r}"
+        )
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"Unknown model_type {model_type!r}; valid: {', '.join(_MODEL_TYPES)}")
     if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(f"character_coverage must be in (0, 1]. Received: character_coverage={character_coverage!r}")
+        raise ValueError(
+            f"character_coverage must be in (0, 1]. Received: character_coverage={character_coverage!r}"
+        )
     if max_sentences is not None:
         check_positive_int("max_sentences", max_sentences)
     check_positive_int("num_threads", num_threads)
-    if isinstance(whole_words, str) or any(not word or word.split() != [word] for word in whole_words):
-        raise ValueError(f"whole_words must be a sequence of words without spaces. Received: {whole_words!r}")
+    if isinstance(whole_words, str) or any(
+        not word or word.split() != [word] for word in whole_words
+    ):
+        raise ValueError(
+            f"whole_words must be a sequence of words without spaces. Received: {whole_words!r}"
+        )
     if isinstance(sentences, str):
         raise ValueError("sentences must be an iterable of strings, not a single string")
     corpus = _sample_sentences(sentences, max_sentences, seed)
@@ -204,9 +216,10 @@ def check_sampling_alpha(alpha: float) -> float:
     Raises:
         ValueError: Naming the value otherwise.
     """
-    if (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-            or not 0.0 < alpha <= 1.0):
-        raise ValueError(f"The subword sampling alpha must be a number in (0, 1]. Received: alpha={alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0:
+        raise ValueError(
+            f"The subword sampling alpha must be a number in (0, 1]. Received: alpha={alpha!r}"
+        )
     return float(alpha)
 
 
@@ -249,8 +262,12 @@ class Tokenizer(tf.Module):
             processor.LoadFromSerializedProto(proto)
         except (RuntimeError, OSError) as err:
             raise ValueError(f"Not a valid SentencePiece model: {source} ({err})") from err
-        found = {"pad": processor.pad_id(), "unk": processor.unk_id(),
-                 "bos": processor.bos_id(), "eos": processor.eos_id()}
+        found = {
+            "pad": processor.pad_id(),
+            "unk": processor.unk_id(),
+            "bos": processor.bos_id(),
+            "eos": processor.eos_id(),
+        }
         expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
         if found != expected:
             raise ValueError(
@@ -260,7 +277,8 @@ class Tokenizer(tf.Module):
         self._model_proto = proto
         self._processor = processor
         self._sentencepiece = tf_text.SentencepieceTokenizer(
-            model=proto, out_type=tf.int32, add_bos=False, add_eos=False)
+            model=proto, out_type=tf.int32, add_bos=False, add_eos=False
+        )
 
     @property
     def model_proto(self) -> bytes:
@@ -299,8 +317,10 @@ class Tokenizer(tf.Module):
             ValueError: If ``piece_id`` is outside ``[0, vocabulary_size)``.
         """
         if not 0 <= int(piece_id) < self.vocabulary_size:
-            raise ValueError(f"Piece id {piece_id} is out of range; the vocabulary has "
-                             f"{self.vocabulary_size} pieces")
+            raise ValueError(
+                f"Piece id {piece_id} is out of range; the vocabulary has "
+                f"{self.vocabulary_size} pieces"
+            )
         return self._processor.id_to_piece(int(piece_id))
 
     def tokenize(self, strings: str | Sequence[str] | tf.Tensor) -> tf.RaggedTensor | tf.Tensor:
@@ -342,8 +362,13 @@ class Tokenizer(tf.Module):
         """
         check_sampling_alpha(alpha)
         sampling = tf_text.SentencepieceTokenizer(
-            model=self._model_proto, out_type=tf.int32, nbest_size=-1, alpha=float(alpha),
-            add_bos=False, add_eos=False)
+            model=self._model_proto,
+            out_type=tf.int32,
+            nbest_size=-1,
+            alpha=float(alpha),
+            add_bos=False,
+            add_eos=False,
+        )
         return sampling.tokenize
 
     def detokenize(self, ids: Sequence | tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
@@ -371,7 +396,9 @@ class Tokenizer(tf.Module):
                 ids = tf.ragged.constant(ids)
         rank = ids.shape.rank
         if rank not in (1, 2):
-            raise ValueError(f"detokenize expects ids of rank 1 or 2. Received: ids.shape={ids.shape}")
+            raise ValueError(
+                f"detokenize expects ids of rank 1 or 2. Received: ids.shape={ids.shape}"
+            )
         if rank == 1:
             return self.detokenize(ids[tf.newaxis])[0]
         if isinstance(ids, tf.RaggedTensor):

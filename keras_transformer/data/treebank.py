@@ -35,7 +35,10 @@ def _patterns(value):
 
 
 def _matches(path, patterns):
-    return any(fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(path.stem, pattern) for pattern in patterns)
+    return any(
+        fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(path.stem, pattern)
+        for pattern in patterns
+    )
 
 
 def split_files(data_dir, split, val_files=None, test_files=None):
@@ -53,7 +56,12 @@ def split_files(data_dir, split, val_files=None, test_files=None):
     sections = sorted(path for path in data_dir.iterdir() if path.is_dir() and path.name.isdigit())
     if sections:
         wanted = {int(number) for number in WSJ_SECTIONS[split]}
-        files = sorted(file for section in sections if int(section.name) in wanted for file in section.glob("*.mrg"))
+        files = sorted(
+            file
+            for section in sections
+            if int(section.name) in wanted
+            for file in section.glob("*.mrg")
+        )
         where = f"sections {', '.join(f'{number:02d}' for number in sorted(wanted))} of {data_dir}"
     else:
         every = sorted(data_dir.glob("*.mrg"))
@@ -61,7 +69,9 @@ def split_files(data_dir, split, val_files=None, test_files=None):
             raise FileNotFoundError(f"No .mrg files in {data_dir}")
         held_out = max(1, round(len(every) * HELD_OUT_FRACTION))
         val_patterns, test_patterns = _patterns(val_files), _patterns(test_files)
-        test = [f for f in every if _matches(f, test_patterns)] if test_patterns else every[-held_out:]
+        test = (
+            [f for f in every if _matches(f, test_patterns)] if test_patterns else every[-held_out:]
+        )
         rest = [f for f in every if f not in test]
         val = [f for f in rest if _matches(f, val_patterns)] if val_patterns else rest[-held_out:]
         files = {"train": [f for f in rest if f not in val], "val": val, "test": test}[split]
@@ -92,13 +102,19 @@ def read_treebank_file(path):
 
 def read_split(data_dir, split, val_files=None, test_files=None):
     """The cleaned trees of a split, in file order."""
-    return [tree for path in split_files(data_dir, split, val_files, test_files) for tree in read_treebank_file(path)]
+    return [
+        tree
+        for path in split_files(data_dir, split, val_files, test_files)
+        for tree in read_treebank_file(path)
+    ]
 
 
 def load_ptb_pairs(data_dir, split, val_files=None, test_files=None):
     """`(words, linearized tree)` pairs of a split, as `data.sources.load_pairs` returns them."""
     if data_dir is None:
-        raise ValueError("dataset='ptb' needs data_dir: a directory of .mrg files (flat, or WSJ section folders)")
+        raise ValueError(
+            "dataset='ptb' needs data_dir: a directory of .mrg files (flat, or WSJ section folders)"
+        )
     return [linearize(tree) for tree in read_split(data_dir, split, val_files, test_files)]
 
 

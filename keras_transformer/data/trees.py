@@ -35,13 +35,79 @@ CLOSE = ")"
 # phrase labels (Bies et al. 1995). Linearized targets write each as one symbol; labels found
 # in a treebank outside these lists are added from the data (`tree_symbols`).
 PTB_TAGS = (
-    "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR", "JJS", "LS", "MD", "NN", "NNS", "NNP", "NNPS", "PDT", "POS",
-    "PRP", "PRP$", "RB", "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT",
-    "WP", "WP$", "WRB", "#", "$", "''", "``", ",", ".", ":", "-LRB-", "-RRB-",
+    "CC",
+    "CD",
+    "DT",
+    "EX",
+    "FW",
+    "IN",
+    "JJ",
+    "JJR",
+    "JJS",
+    "LS",
+    "MD",
+    "NN",
+    "NNS",
+    "NNP",
+    "NNPS",
+    "PDT",
+    "POS",
+    "PRP",
+    "PRP$",
+    "RB",
+    "RBR",
+    "RBS",
+    "RP",
+    "SYM",
+    "TO",
+    "UH",
+    "VB",
+    "VBD",
+    "VBG",
+    "VBN",
+    "VBP",
+    "VBZ",
+    "WDT",
+    "WP",
+    "WP$",
+    "WRB",
+    "#",
+    "$",
+    "''",
+    "``",
+    ",",
+    ".",
+    ":",
+    "-LRB-",
+    "-RRB-",
 )
 PTB_LABELS = (
-    "ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP", "RRC", "S",
-    "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP", "X",
+    "ADJP",
+    "ADVP",
+    "CONJP",
+    "FRAG",
+    "INTJ",
+    "LST",
+    "NAC",
+    "NP",
+    "NX",
+    "PP",
+    "PRN",
+    "PRT",
+    "QP",
+    "RRC",
+    "S",
+    "SBAR",
+    "SBARQ",
+    "SINV",
+    "SQ",
+    "UCP",
+    "VP",
+    "WHADJP",
+    "WHADVP",
+    "WHNP",
+    "WHPP",
+    "X",
 )
 EMPTY_TAG = "-NONE-"
 BRACKET_WORDS = {"(": "-LRB-", ")": "-RRB-"}
@@ -79,7 +145,11 @@ class Tree:
         return [pair for child in self.children for pair in child.tagged_words()]
 
     def __eq__(self, other):
-        return isinstance(other, Tree) and self.label == other.label and self.children == other.children
+        return (
+            isinstance(other, Tree)
+            and self.label == other.label
+            and self.children == other.children
+        )
 
     def __repr__(self):
         return f"Tree({self})"
@@ -117,7 +187,9 @@ def read_trees(text, source="<string>"):
                 stack.append((label, [], line_number))
             elif token == ")":
                 if not stack:
-                    raise TreeError(f"{source}:{line_number}: a closing bracket without an opening one")
+                    raise TreeError(
+                        f"{source}:{line_number}: a closing bracket without an opening one"
+                    )
                 label, children, start = stack.pop()
                 if not children:
                     raise TreeError(f"{source}:{start}: an empty bracket ({label or 'unlabeled'})")
@@ -245,11 +317,15 @@ def delinearize(target, words):
             stack.append(Tree(symbol[1:], []))
         else:
             if position >= len(words):
-                raise TreeError(f"<target>: more tags than the {len(words)} words in {' '.join(symbols)!r}")
+                raise TreeError(
+                    f"<target>: more tags than the {len(words)} words in {' '.join(symbols)!r}"
+                )
             stack[-1].children.append(Tree(symbol, [words[position]]))
             position += 1
     if len(stack) != 1 or position != len(words) or not stack[0].children:
-        raise TreeError(f"<target>: {' '.join(symbols)!r} is not a complete tree over {len(words)} words")
+        raise TreeError(
+            f"<target>: {' '.join(symbols)!r} is not a complete tree over {len(words)} words"
+        )
     return stack[0]
 
 

@@ -20,7 +20,12 @@ Example:
 
 from keras_transformer.decoding.beam import beam_search, recompute_beam_search
 from keras_transformer.decoding.ensemble import Ensemble, EnsembleStep
-from keras_transformer.decoding.greedy import filter_logits, greedy_search, recompute_greedy_search, sample
+from keras_transformer.decoding.greedy import (
+    filter_logits,
+    greedy_search,
+    recompute_greedy_search,
+    sample,
+)
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.lengths import length_penalty
 from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions

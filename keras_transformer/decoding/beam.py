@@ -44,7 +44,9 @@ _NEG_INF = -math.inf
 
 
 def _check_beam_arguments(beam_size, length_penalty, num_return):
-    SearchOptions(beam_size=beam_size, length_penalty=length_penalty, num_return=num_return)  # raises naming the value
+    SearchOptions(
+        beam_size=beam_size, length_penalty=length_penalty, num_return=num_return
+    )  # raises naming the value
 
 
 def beam_search(
@@ -107,7 +109,9 @@ def beam_search(
     alpha = float(length_penalty)
     step_fn = make_step(model, use_cache)
     source_ids = lengths_lib.as_source_ids(source_ids)
-    buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
+    buffer_size = lengths_lib.buffer_length(
+        getattr(step_fn, "model", None), source_ids, max_length, max_output_offset
+    )
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
     batch_size = ops.shape(source_ids)[0]
     k = beam_size
@@ -116,7 +120,9 @@ def beam_search(
     # A vocabulary shortlist (`shortlist.ShortlistStep`): the logits cover its tokens only.
     shortlisted = isinstance(state, dict) and OUTPUT_IDS in state
     if shortlisted and constraint is not None:
-        raise ValueError("A search constraint needs the full vocabulary: pass no vocabulary shortlist with it")
+        raise ValueError(
+            "A search constraint needs the full vocabulary: pass no vocabulary shortlist with it"
+        )
     # Sentences that are done leave the working set (their decoder rows are no longer
     # computed) when the step can drop them and shapes may change (TensorFlow outside XLA).
     # Elsewhere the working set is the batch (A = B) and done sentences idle: they are no
@@ -125,10 +131,16 @@ def beam_search(
     active = ops.arange(batch_size, dtype="int32")  # (A,): the sentences still searched, A <= B
 
     alive_ids = ops.concatenate(
-        [ops.full((batch_size, k, 1), BOS_ID, "int32"), ops.zeros((batch_size, k, buffer_size), "int32")], axis=2
+        [
+            ops.full((batch_size, k, 1), BOS_ID, "int32"),
+            ops.zeros((batch_size, k, buffer_size), "int32"),
+        ],
+        axis=2,
     )  # (A, K, L + 1)
     # Only beam 0 is alive at first, so the first step does not expand K copies of BOS.
-    alive_log_probs = ops.tile(ops.convert_to_tensor([[0.0] + [_NEG_INF] * (k - 1)], "float32"), (batch_size, 1))  # (A, K)
+    alive_log_probs = ops.tile(
+        ops.convert_to_tensor([[0.0] + [_NEG_INF] * (k - 1)], "float32"), (batch_size, 1)
+    )  # (A, K)
     finished_ids = ops.zeros_like(alive_ids)  # (B, K, L + 1)
     finished_scores = ops.full((batch_size, k), _NEG_INF, "float32")  # (B, K)
     done = ops.less_equal(limits, 0)  # (B,)
@@ -150,12 +162,19 @@ def beam_search(
 
         num_active = ops.shape(alive_ids)[0]
         flat_ids = ops.reshape(alive_ids, (-1, width))  # (A * K, L + 1)
-        logits, state = step_fn.step(state, flat_ids, index)  # (A * K, V), or (A * K, V') over a shortlist
+        logits, state = step_fn.step(
+            state, flat_ids, index
+        )  # (A * K, V), or (A * K, V') over a shortlist
         output_ids = state[OUTPUT_IDS] if shortlisted else None  # (V',): the token of each logit
-        log_probs = lengths_lib.mask_banned(ops.log_softmax(logits, axis=-1), output_ids)  # not renormalized
+        log_probs = lengths_lib.mask_banned(
+            ops.log_softmax(logits, axis=-1), output_ids
+        )  # not renormalized
         if constraint is not None:  # per hypothesis: its sentence's words and limit
             log_probs = constraint.apply(
-                log_probs, flat_ids, index, ops.repeat(of_active(words), k, axis=0),
+                log_probs,
+                flat_ids,
+                index,
+                ops.repeat(of_active(words), k, axis=0),
                 ops.repeat(of_active(limits), k, axis=0),
             )
         vocabulary_size = ops.shape(log_probs)[-1]
@@ -165,7 +184,9 @@ def beam_search(
 
         # 1. the 2K best one-token extensions
         candidates = alive_log_probs[:, :, None] + log_probs  # (A, K, V)
-        candidates = ops.reshape(candidates, (num_active, k * vocabulary_size))  # static width for selection.top_k
+        candidates = ops.reshape(
+            candidates, (num_active, k * vocabulary_size)
+        )  # static width for selection.top_k
         top_log_probs, top_indices = selection.top_k(candidates, 2 * k)  # (A, 2K), as ops.top_k
         parents = top_indices // vocabulary_size  # (A, 2K)
         tokens = top_indices % vocabulary_size  # (A, 2K)
@@ -201,15 +222,32 @@ def beam_search(
         if compact:  # keep the sentences that go on (A' <= A), and their decoder rows
             keep = ops.nonzero(ops.logical_not(active_done))[0]  # (A',) int32
             active, alive_ids, alive_log_probs, parent_rows = (
-                ops.take(tensor, keep, axis=0) for tensor in (active, alive_ids, alive_log_probs, parent_rows)
+                ops.take(tensor, keep, axis=0)
+                for tensor in (active, alive_ids, alive_log_probs, parent_rows)
             )
             state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)), sentences=keep)
         else:
             state = step_fn.reorder(state, ops.reshape(parent_rows, (-1,)))
-        return index + 1, active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
+        return (
+            index + 1,
+            active,
+            alive_ids,
+            alive_log_probs,
+            finished_ids,
+            finished_scores,
+            done,
+            state,
+        )
 
     loop_vars = (
-        ops.convert_to_tensor(0, "int32"), active, alive_ids, alive_log_probs, finished_ids, finished_scores, done, state
+        ops.convert_to_tensor(0, "int32"),
+        active,
+        alive_ids,
+        alive_log_probs,
+        finished_ids,
+        finished_scores,
+        done,
+        state,
     )
     # With `compact` the working set's leading axis shrinks (the full-batch results keep
     # theirs); a growing cache's length axis grows.
@@ -219,7 +257,13 @@ def beam_search(
 
 
 def recompute_beam_search(
-    model, source_ids, beam_size=4, length_penalty=0.6, max_output_offset=50, max_length=None, num_return=1
+    model,
+    source_ids,
+    beam_size=4,
+    length_penalty=0.6,
+    max_output_offset=50,
+    max_length=None,
+    num_return=1,
 ):
     """`beam_search` without the cache: the full decoder re-runs over the prefix every step."""
     return beam_search(

@@ -35,7 +35,9 @@ class EnsembleStep:
         self.model = model
         if not self.steps:
             raise ValueError("An ensemble needs at least one model")
-        self.can_drop_sentences = all(getattr(step, "can_drop_sentences", False) for step in self.steps)
+        self.can_drop_sentences = all(
+            getattr(step, "can_drop_sentences", False) for step in self.steps
+        )
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         return tuple(step.initialize(source_ids, buffer_size, num_copies) for step in self.steps)
@@ -51,7 +53,9 @@ class EnsembleStep:
 
     def reorder(self, state, indices, sentences=None):
         extra = () if sentences is None else (sentences,)
-        return tuple(step.reorder(member, indices, *extra) for step, member in zip(self.steps, state))
+        return tuple(
+            step.reorder(member, indices, *extra) for step, member in zip(self.steps, state)
+        )
 
 
 class Ensemble:
@@ -82,7 +86,9 @@ class Ensemble:
             raise ValueError("An ensemble needs at least one model")
         sizes = [model.config.vocabulary_size for model in self.models]
         if len(set(sizes)) > 1:
-            raise ValueError(f"The models of an ensemble share one vocabulary; their vocabulary sizes: {sizes}")
+            raise ValueError(
+                f"The models of an ensemble share one vocabulary; their vocabulary sizes: {sizes}"
+            )
         positions = {(model.config.positional, model.config.max_length) for model in self.models}
         if len(positions) > 1 and any(positional == "learned" for positional, _ in positions):
             raise ValueError(
@@ -97,6 +103,9 @@ class Ensemble:
     def make_step(self, use_cache=True, prefix_only=None):
         """An `EnsembleStep` of the models' `CachedStep`s (or `RecomputeStep`s)."""
         return EnsembleStep(
-            [CachedStep(model) if use_cache else RecomputeStep(model, prefix_only) for model in self.models],
+            [
+                CachedStep(model) if use_cache else RecomputeStep(model, prefix_only)
+                for model in self.models
+            ],
             model=self,
         )

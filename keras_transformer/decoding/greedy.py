@@ -37,12 +37,15 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, con
     """The shared loop. `choose(logits (B, V), log_probs (B, V), index) -> tokens (B,)`;
     `constraint` (e.g. a `TreeConstraint`) masks the ids a hypothesis may not take next."""
     source_ids = lengths_lib.as_source_ids(source_ids)
-    buffer_size = lengths_lib.buffer_length(getattr(step_fn, "model", None), source_ids, max_length, max_output_offset)
+    buffer_size = lengths_lib.buffer_length(
+        getattr(step_fn, "model", None), source_ids, max_length, max_output_offset
+    )
     limits = lengths_lib.output_limits(source_ids, buffer_size, max_output_offset)  # (B,)
     batch_size = ops.shape(source_ids)[0]
     state = step_fn.initialize(source_ids, buffer_size, num_copies=1)
     target_ids = ops.concatenate(
-        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")], axis=1
+        [ops.full((batch_size, 1), BOS_ID, "int32"), ops.zeros((batch_size, buffer_size), "int32")],
+        axis=1,
     )  # (B, L + 1): BOS then the outputs
     slots = ops.arange(ops.shape(target_ids)[1], dtype="int32")  # (L + 1,)
     words = constraint.source_words(source_ids) if constraint is not None else None  # (B,)
@@ -52,7 +55,9 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, con
 
     def body(index, target_ids, scores, finished, state):
         logits, state = step_fn.step(state, target_ids, index)  # (B, V)
-        log_probs = lengths_lib.mask_banned(ops.log_softmax(logits, axis=-1))  # (B, V), not renormalized
+        log_probs = lengths_lib.mask_banned(
+            ops.log_softmax(logits, axis=-1)
+        )  # (B, V), not renormalized
         logits = lengths_lib.mask_banned(logits)
         if constraint is not None:
             log_probs = constraint.apply(log_probs, target_ids, index, words, limits)
@@ -76,7 +81,9 @@ def _decode_loop(step_fn, source_ids, max_length, max_output_offset, choose, con
     return target_ids[:, 1:], scores
 
 
-def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_cache=True, constraint=None):
+def greedy_search(
+    model, source_ids, max_length=None, max_output_offset=50, use_cache=True, constraint=None
+):
     """Greedy decoding: the most probable next token at every step.
 
     Args:
@@ -118,12 +125,20 @@ def greedy_search(model, source_ids, max_length=None, max_output_offset=50, use_
     def choose(logits, log_probs, index):
         return ops.argmax(log_probs, axis=-1)
 
-    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint)
+    return _decode_loop(
+        make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint
+    )
 
 
 def recompute_greedy_search(model, source_ids, max_length=None, max_output_offset=50):
     """`greedy_search` without the cache: the full decoder re-runs over the prefix every step."""
-    return greedy_search(model, source_ids, max_length=max_length, max_output_offset=max_output_offset, use_cache=False)
+    return greedy_search(
+        model,
+        source_ids,
+        max_length=max_length,
+        max_output_offset=max_output_offset,
+        use_cache=False,
+    )
 
 
 def _seed_pair(seed):
@@ -131,7 +146,9 @@ def _seed_pair(seed):
     if seed is None:
         return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int32)  # fresh each call
     if isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}")
+        raise ValueError(
+            f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}"
+        )
     if isinstance(seed, int):
         return tf.constant([seed % (2**31), 0], tf.int32)
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
@@ -139,7 +156,9 @@ def _seed_pair(seed):
         return tf.stack([seed, tf.zeros_like(seed)])
     if seed.shape.rank == 1 and seed.shape[0] == 2:
         return seed
-    raise ValueError(f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}")
+    raise ValueError(
+        f"seed must be an integer, a (2,) integer tensor or None. Received: seed={seed!r}"
+    )
 
 
 def uniform_noise(shape, seed):
@@ -148,7 +167,9 @@ def uniform_noise(shape, seed):
     `tf.random.stateless_uniform` for floats is not bit-identical between XLA and the TF
     kernels; its raw 32-bit output is, so the float is made here from 24 of those bits.
     """
-    bits = tf.random.stateless_uniform(shape, seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox")
+    bits = tf.random.stateless_uniform(
+        shape, seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
     bits = tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32))
     return (tf.cast(bits, tf.float32) + 0.5) * _UNIT
 
@@ -171,8 +192,12 @@ def filter_logits(logits, top_k=0, top_p=1.0):
     if top_p < 1.0:
         sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")  # (B, V)
         probs = tf.nn.softmax(sorted_logits, axis=-1)
-        before = tf.cumsum(probs, axis=-1, exclusive=True)  # probability mass ranked above each token
-        keep = tf.reduce_sum(tf.cast(before < top_p, tf.int32), axis=-1, keepdims=True)  # (B, 1), >= 1
+        before = tf.cumsum(
+            probs, axis=-1, exclusive=True
+        )  # probability mass ranked above each token
+        keep = tf.reduce_sum(
+            tf.cast(before < top_p, tf.int32), axis=-1, keepdims=True
+        )  # (B, 1), >= 1
         threshold = tf.gather(sorted_logits, keep - 1, batch_dims=1)  # (B, 1): smallest kept logit
         logits = tf.where(logits < threshold, neg_inf, logits)
     return logits
@@ -217,7 +242,11 @@ def sample(
     bits, the same eagerly, under XLA and in a SavedModel.
     """
     require_tensorflow("Sampling (decoding.sample)")
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+    if (
+        not isinstance(temperature, (int, float))
+        or isinstance(temperature, bool)
+        or not temperature > 0
+    ):
         raise ValueError(f"temperature must be a number > 0. Received: temperature={temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 = no limit). Received: top_k={top_k!r}")
@@ -232,4 +261,6 @@ def sample(
         gumbel = -tf.math.log(-tf.math.log(noise))  # (B, V)
         return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
 
-    return _decode_loop(make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint)
+    return _decode_loop(
+        make_step(model, use_cache), source_ids, max_length, max_output_offset, choose, constraint
+    )

@@ -60,7 +60,9 @@ def as_source_ids(source_ids):
     shape = source_ids.shape  # a TensorShape of unknown rank in a graph traced for any shape
     rank = shape.rank if isinstance(shape, tf.TensorShape) else len(shape)
     if rank is not None and rank != 2:
-        raise ValueError(f"source_ids must have shape (batch, length). Received: shape={tuple(shape)}")
+        raise ValueError(
+            f"source_ids must have shape (batch, length). Received: shape={tuple(shape)}"
+        )
     return ops.cast(source_ids, "int32")
 
 
@@ -123,5 +125,8 @@ def mask_banned(log_probs, token_ids=None):
     vocabulary shortlist)."""
     if token_ids is None:
         token_ids = ops.arange(ops.shape(log_probs)[-1])
-    banned = ops.any(ops.equal(ops.cast(token_ids, "int32")[:, None], ops.array(BANNED_IDS, "int32")[None, :]), axis=1)  # (V,)
+    banned = ops.any(
+        ops.equal(ops.cast(token_ids, "int32")[:, None], ops.array(BANNED_IDS, "int32")[None, :]),
+        axis=1,
+    )  # (V,)
     return ops.where(banned, ops.cast(-math.inf, log_probs.dtype), log_probs)

@@ -9,7 +9,11 @@ evaluation, checkpoint scoring and export all build their settings this way.
 import dataclasses
 import numbers
 
-from keras_transformer.layers.checks import check_non_negative_int, check_non_negative_number, check_positive_int
+from keras_transformer.layers.checks import (
+    check_non_negative_int,
+    check_non_negative_number,
+    check_positive_int,
+)
 
 METHODS = ("greedy", "beam", "sample")
 
@@ -80,13 +84,19 @@ class SearchOptions:
                     f"beam_size={self.beam_size}"
                 )
         if self.temperature is not None and (
-            isinstance(self.temperature, bool) or not isinstance(self.temperature, numbers.Real) or not self.temperature > 0
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, numbers.Real)
+            or not self.temperature > 0
         ):
-            raise ValueError(f"temperature must be a number > 0. Received: temperature={self.temperature!r}")
+            raise ValueError(
+                f"temperature must be a number > 0. Received: temperature={self.temperature!r}"
+            )
         if self.top_k is not None:
             check_non_negative_int("top_k", self.top_k)
         if self.top_p is not None and (
-            isinstance(self.top_p, bool) or not isinstance(self.top_p, numbers.Real) or not 0 < self.top_p <= 1
+            isinstance(self.top_p, bool)
+            or not isinstance(self.top_p, numbers.Real)
+            or not 0 < self.top_p <= 1
         ):
             raise ValueError(f"top_p must be in (0, 1]. Received: top_p={self.top_p!r}")
         given = [name for name in _OPTIONAL if getattr(self, name) is not None]
@@ -105,7 +115,9 @@ class SearchOptions:
         given = {name: value for name, value in overrides.items() if value is not None}
         known = {field.name for field in dataclasses.fields(cls)} - {"method"}
         if set(given) - known:
-            raise ValueError(f"Unknown search options {sorted(set(given) - known)}; known: {sorted(known)}")
+            raise ValueError(
+                f"Unknown search options {sorted(set(given) - known)}; known: {sorted(known)}"
+            )
         _check_applicable(method, given)
         settings = {
             "beam_size": config.beam_size,

@@ -23,7 +23,9 @@ def check_not_blank(sentences, name="input"):
     """Raise `ValueError` naming the first blank sentence (`"<name>, line 3: a blank line ..."`)."""
     for index, sentence in enumerate(sentences):
         if not sentence.strip():
-            raise ValueError(f"{name}, line {index + 1}: a blank line (one tokenized sentence per line)")
+            raise ValueError(
+                f"{name}, line {index + 1}: a blank line (one tokenized sentence per line)"
+            )
 
 
 class Parser:
@@ -49,14 +51,23 @@ class Parser:
         the trees as one-line strings, in input order.
     """
 
-    def __init__(self, model, tokenizer, method="beam", batch_size=64, max_source_length=None, **options):
+    def __init__(
+        self, model, tokenizer, method="beam", batch_size=64, max_source_length=None, **options
+    ):
         config = model.config
         if max_source_length is None:
-            max_source_length = config.max_length * (1 if config.positional == "learned" else LENGTH_FACTOR)
+            max_source_length = config.max_length * (
+                1 if config.positional == "learned" else LENGTH_FACTOR
+            )
         self.constraint = TreeConstraint.from_tokenizer(tokenizer)
         self.translator = Translator(
-            model, tokenizer, method, batch_size=batch_size, max_source_length=max_source_length,
-            constraint=self.constraint, **options,
+            model,
+            tokenizer,
+            method,
+            batch_size=batch_size,
+            max_source_length=max_source_length,
+            constraint=self.constraint,
+            **options,
         )
 
     def check(self, sentences, name="input"):
@@ -70,20 +81,38 @@ class Parser:
         words = [sentence_words(sentence) for sentence in sentences]
         distinct = sorted({word for line in words for word in line})
         kept, starts = self.constraint.kept_words(self.translator.tokenizer, distinct)
-        unkept = {word: int(count) for word, keep, count in zip(distinct, kept.numpy(), starts.numpy()) if not keep}
+        unkept = {
+            word: int(count)
+            for word, keep, count in zip(distinct, kept.numpy(), starts.numpy())
+            if not keep
+        }
         limit = self.translator.max_source_length
-        pieces = self.translator.tokenizer.tokenize([" ".join(line) for line in words]).row_lengths().numpy()
+        pieces = (
+            self.translator.tokenizer.tokenize([" ".join(line) for line in words])
+            .row_lengths()
+            .numpy()
+        )
         max_length = self.translator.options.get("max_length")
         for index, line in enumerate(words):
             where = f"{name}, line {index + 1}"
             for number, word in enumerate(line, start=1):
                 if word in unkept:
                     count = unkept[word]
-                    what = "deletes it" if count == 0 else f"makes {count} words of it" if count > 1 else "moves its start"
-                    raise ValueError(f"{where}: word {number}, {word!r}: the tokenizer's normalisation {what} "
-                                     "(the tree must hold the line's words one for one)")
+                    what = (
+                        "deletes it"
+                        if count == 0
+                        else f"makes {count} words of it"
+                        if count > 1
+                        else "moves its start"
+                    )
+                    raise ValueError(
+                        f"{where}: word {number}, {word!r}: the tokenizer's normalisation {what} "
+                        "(the tree must hold the line's words one for one)"
+                    )
             if pieces[index] > limit - 1:
-                raise ValueError(f"{where}: {pieces[index]} pieces, longer than the model's {limit - 1}")
+                raise ValueError(
+                    f"{where}: {pieces[index]} pieces, longer than the model's {limit - 1}"
+                )
             if max_length is not None and len(line) + 1 > max_length:
                 raise ValueError(
                     f"{where}: {len(line)} words, a tree of {len(line) + 1} tokens at least, "
@@ -109,7 +138,9 @@ class Parser:
             return outputs
 
         texts = self.sources(sentences)
-        return translate_in_batches(batch, texts, self.translator.batch_size, [len(text.split(" ")) for text in texts])
+        return translate_in_batches(
+            batch, texts, self.translator.batch_size, [len(text.split(" ")) for text in texts]
+        )
 
     def __call__(self, sentences, progress=None):
         sentences = list(sentences)

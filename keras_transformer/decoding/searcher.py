@@ -57,7 +57,9 @@ def make_search_fn(model, method="beam", use_cache=True, jit_compile=False, **op
     try:  # unknown option names fail here, not at the first call
         inspect.signature(search).bind(model, None, **options)
     except TypeError as error:
-        raise ValueError(f"Invalid options for method={method!r}: {error}. Received: {sorted(options)}") from None
+        raise ValueError(
+            f"Invalid options for method={method!r}: {error}. Received: {sorted(options)}"
+        ) from None
     # Under XLA the recompute baseline decodes the whole buffer every step (static shapes).
     step = make_step(model, use_cache, prefix_only=not jit_compile)
 

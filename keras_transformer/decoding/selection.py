@@ -71,7 +71,9 @@ def _two_stages(values, k, block, blocks, width):
         values = ops.pad(values, ((0, 0), (0, blocks * block - width)), constant_values=-math.inf)
     grouped = ops.reshape(values, (-1, blocks, block))  # (B, blocks, b)
     _, kept = ops.top_k(ops.max(grouped, axis=-1), k)  # (B, k)
-    kept = ops.sort(ops.cast(kept, "int32"), axis=-1)  # index order: stage 2 breaks ties as one top_k
+    kept = ops.sort(
+        ops.cast(kept, "int32"), axis=-1
+    )  # index order: stage 2 breaks ties as one top_k
     gathered = ops.reshape(take_per_row(grouped, kept), (-1, k * block))  # (B, k * b)
     top_values, positions = ops.top_k(gathered, k)  # (B, k)
     positions = ops.cast(positions, "int32")

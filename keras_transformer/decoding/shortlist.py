@@ -76,10 +76,15 @@ class VocabularyMap:
             frequent: F, the most frequent target tokens, always candidates.
         """
         if per_source < 1 or frequent < 0:
-            raise ValueError(f"per_source must be >= 1 and frequent >= 0. Received: per_source={per_source}, "
-                             f"frequent={frequent}")
+            raise ValueError(
+                f"per_source must be >= 1 and frequent >= 0. Received: per_source={per_source}, "
+                f"frequent={frequent}"
+            )
         keys, source_count = [], np.zeros(vocabulary_size, np.int64)
-        target_count, target_tokens = np.zeros(vocabulary_size, np.int64), np.zeros(vocabulary_size, np.int64)
+        target_count, target_tokens = (
+            np.zeros(vocabulary_size, np.int64),
+            np.zeros(vocabulary_size, np.int64),
+        )
         for source, target in pairs:
             source, target = np.asarray(source, np.int64), np.asarray(target, np.int64)
             unique_source, unique_target = np.unique(source), np.unique(target)
@@ -87,11 +92,18 @@ class VocabularyMap:
             target_count[unique_target] += 1
             np.add.at(target_tokens, target, 1)
             keys.append((unique_source[:, None] * vocabulary_size + unique_target[None, :]).ravel())
-        keys, together = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
+        keys, together = np.unique(
+            np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True
+        )
         sources, targets = keys // vocabulary_size, keys % vocabulary_size
         dice = 2.0 * together / (source_count[sources] + target_count[targets])
         allowed = ~np.isin(targets, BANNED_IDS)
-        sources, targets, dice, together = sources[allowed], targets[allowed], dice[allowed], together[allowed]
+        sources, targets, dice, together = (
+            sources[allowed],
+            targets[allowed],
+            dice[allowed],
+            together[allowed],
+        )
         order = np.lexsort((targets, -together, -dice, sources))  # per source: best first
         sources, targets = sources[order], targets[order]
         starts = np.searchsorted(sources, sources, side="left")
@@ -99,7 +111,9 @@ class VocabularyMap:
         keep = rank < per_source
         candidates = np.zeros((vocabulary_size, per_source), np.int32)  # PAD-padded
         candidates[sources[keep], rank[keep]] = targets[keep]
-        by_frequency = [token for token in np.argsort(-target_tokens, kind="stable") if token not in BANNED_IDS]
+        by_frequency = [
+            token for token in np.argsort(-target_tokens, kind="stable") if token not in BANNED_IDS
+        ]
         return cls(candidates, np.asarray(by_frequency[:frequent], np.int32))
 
     def shortlist(self, source_ids):
@@ -131,14 +145,18 @@ def run_vocabulary_map(model_dir, per_source=10, frequent=300):
     pairs = load_run_pairs(model_dir, "train")
     sources = tokenizer.tokenize([source for source, _ in pairs]).to_list()
     targets = tokenizer.tokenize([target for _, target in pairs]).to_list()
-    return VocabularyMap.build(zip(sources, targets), tokenizer.vocabulary_size, per_source, frequent)
+    return VocabularyMap.build(
+        zip(sources, targets), tokenizer.vocabulary_size, per_source, frequent
+    )
 
 
 def batch_shortlist(candidates, always, source_ids):
     """`VocabularyMap.shortlist` in the graph: `candidates (V, m)`, `always (F,)`,
     `source_ids (B, S)` -> sorted int32 `(S',)`."""
     vocabulary_size = tf.shape(candidates)[0]
-    ids = tf.concat([tf.reshape(tf.gather(candidates, source_ids), [-1]), always, ALWAYS_IDS], axis=0)
+    ids = tf.concat(
+        [tf.reshape(tf.gather(candidates, source_ids), [-1]), always, ALWAYS_IDS], axis=0
+    )
     counts = tf.scatter_nd(ids[:, None], tf.ones_like(ids), [vocabulary_size])  # (V,)
     return tf.cast(tf.reshape(tf.where(counts > 0), [-1]), tf.int32)
 
@@ -156,9 +174,11 @@ class ShortlistStep(CachedStep):
         require_tensorflow("A vocabulary shortlist (decoding.shortlist.ShortlistStep)")
         super().__init__(model)
         if vocabulary_map.vocabulary_size != model.config.vocabulary_size:
-            raise ValueError("The vocabulary map and the model have different vocabularies. Received: "
-                             f"{vocabulary_map.vocabulary_size} rows, model.config.vocabulary_size="
-                             f"{model.config.vocabulary_size}")
+            raise ValueError(
+                "The vocabulary map and the model have different vocabularies. Received: "
+                f"{vocabulary_map.vocabulary_size} rows, model.config.vocabulary_size="
+                f"{model.config.vocabulary_size}"
+            )
         self.candidates = tf.constant(vocabulary_map.candidates, tf.int32)
         self.always = tf.constant(vocabulary_map.always, tf.int32)
 

@@ -111,7 +111,9 @@ def loop_shape_invariants(state, rows_vary=False):
 
     def invariant(structure, growing=False):
         if isinstance(structure, dict):
-            return {key: invariant(value, key in GROWING_CACHE_KEYS) for key, value in structure.items()}
+            return {
+                key: invariant(value, key in GROWING_CACHE_KEYS) for key, value in structure.items()
+            }
         if isinstance(structure, (list, tuple)):
             return type(structure)(invariant(value) for value in structure)
         dims = list(structure.shape)
@@ -168,7 +170,9 @@ class CachedStep:
     def initialize(self, source_ids, buffer_size, num_copies=1):
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
         grows = _shares_growing_cache(self.model) and loop_shapes_may_change()
-        cache = self.model.init_cache(encoder_outputs, None if grows else buffer_size)  # once per source
+        cache = self.model.init_cache(
+            encoder_outputs, None if grows else buffer_size
+        )  # once per source
         shared = shares_cross_cache(self.model)
 
         def tile(structure):
@@ -181,19 +185,31 @@ class CachedStep:
             source_mask = tile_rows(source_mask, num_copies)
         state = {"cache": cache, "source_mask": source_mask}
         if _uses_word_window(self.model):  # (N, S): per copy, as the cross cache is then
-            state["source_words"] = tile_rows(self.model.source_word_positions(source_ids), num_copies)
+            state["source_words"] = tile_rows(
+                self.model.source_word_positions(source_ids), num_copies
+            )
         return state
 
     def step(self, state, target_ids, index):
         tokens = ops.take(target_ids, index[None], axis=1)  # (N, 1)
         extra = {}
-        if getattr(self.model, "uses_word_positions", False):  # the word index counts the tags of the whole prefix
-            words = self.model.target_word_positions(target_ids)  # (N, L + 1); PAD after the prefix counts nothing
+        if getattr(
+            self.model, "uses_word_positions", False
+        ):  # the word index counts the tags of the whole prefix
+            words = self.model.target_word_positions(
+                target_ids
+            )  # (N, L + 1); PAD after the prefix counts nothing
             extra["word_positions"] = ops.take(words, index[None], axis=1)  # (N, 1)
         if "source_words" in state:
             extra["source_word_positions"] = state["source_words"]
-        logits, cache = self.model.decode_step(tokens, state["cache"], index, state["source_mask"], **extra,
-                                               **self.output_kwargs(state))
+        logits, cache = self.model.decode_step(
+            tokens,
+            state["cache"],
+            index,
+            state["source_mask"],
+            **extra,
+            **self.output_kwargs(state),
+        )
         return ops.cast(logits[:, 0, :], "float32"), {**state, "cache": cache}
 
     def output_kwargs(self, state):
@@ -259,7 +275,9 @@ class RecomputeStep:
             "source_mask": tile_rows(source_mask, num_copies),  # (N, S)
         }
         if _uses_word_window(self.model):
-            state["source_words"] = tile_rows(self.model.source_word_positions(source_ids), num_copies)  # (N, S)
+            state["source_words"] = tile_rows(
+                self.model.source_word_positions(source_ids), num_copies
+            )  # (N, S)
         return state
 
     def step(self, state, target_ids, index):
@@ -273,7 +291,9 @@ class RecomputeStep:
             inputs = target_ids[:, :-1]  # (N, L): all decoder input slots
             position = index
         extra = {"source_word_positions": state["source_words"]} if "source_words" in state else {}
-        logits = self.model.decode(inputs, state["encoder_outputs"], state["source_mask"], **extra)  # (N, T, V)
+        logits = self.model.decode(
+            inputs, state["encoder_outputs"], state["source_mask"], **extra
+        )  # (N, T, V)
         logits = tf.gather(logits, position, axis=1) if not prefix_only else logits[:, -1, :]
         return tf.cast(logits, tf.float32), state
 

@@ -88,7 +88,9 @@ def translate(model, tokenizer, texts, method="beam", max_source_length=None, **
     else:  # the same searches, called directly (sampling raises, naming the backend)
         check_method(method)
         found = METHODS[method](model, source_ids.numpy(), **search_options)
-        outputs = dict(zip(("token_ids", "scores"), (keras.ops.convert_to_numpy(value) for value in found)))
+        outputs = dict(
+            zip(("token_ids", "scores"), (keras.ops.convert_to_numpy(value) for value in found))
+        )
     token_ids, scores = best_hypotheses(outputs["token_ids"], outputs["scores"])
     texts = [text.decode("utf-8") for text in decode_text(tokenizer, token_ids).numpy()]
     return texts, [float(score) for score in np.asarray(scores)]

@@ -70,7 +70,9 @@ def decode_lines(data):
     if not raw:
         return [], []
     lines = [line.decode("utf-8") for line in valid_utf8(tf.constant(raw, tf.string)).numpy()]
-    replaced = [index for index, (line, text) in enumerate(zip(raw, lines)) if line != text.encode("utf-8")]
+    replaced = [
+        index for index, (line, text) in enumerate(zip(raw, lines)) if line != text.encode("utf-8")
+    ]
     return lines, replaced
 
 
@@ -151,7 +153,9 @@ class Translator:
         self.batch_size = batch_size
         self.max_source_length = max_source_length or model.config.max_length
         self.options = dict(options)
-        self.search_fn = make_search_fn(model, method, use_cache=use_cache, jit_compile=jit_compile, **options)
+        self.search_fn = make_search_fn(
+            model, method, use_cache=use_cache, jit_compile=jit_compile, **options
+        )
 
     def source_ids(self, texts):
         """int32 `(B, S)` EOS-terminated, PAD-padded source ids of `texts`."""
@@ -168,7 +172,11 @@ class Translator:
         if not texts:
             return []
         pieces = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
-        return [(index, int(count)) for index, count in enumerate(pieces) if count > self.max_source_length - 1]
+        return [
+            (index, int(count))
+            for index, count in enumerate(pieces)
+            if count > self.max_source_length - 1
+        ]
 
     def search(self, texts):
         """The best hypotheses of one batch: `(token_ids (B, L) int32, scores (B,))` tensors.
@@ -176,7 +184,9 @@ class Translator:
         Outputs exclude BOS, include EOS when it was produced and hold PAD after it.
         """
         outputs = self.search_fn(self.source_ids(texts))
-        return best_hypotheses(outputs["token_ids"], outputs["scores"])  # beam: (B, R, L), best first
+        return best_hypotheses(
+            outputs["token_ids"], outputs["scores"]
+        )  # beam: (B, R, L), best first
 
     def output_ids(self, texts):
         """The best output ids of each sentence (one batch), PAD removed: a list of int lists."""
@@ -238,8 +248,12 @@ class SavedModelTranslator:
         outputs = self.signature(text=tf.constant(list(texts), tf.string))
         for key in ("translation", "score"):
             if key not in outputs:
-                raise ValueError(f"The SavedModel signature returned no {key!r}. Its outputs: {sorted(outputs)}")
-        translations, scores = best_hypotheses(outputs["translation"], outputs["score"])  # n-best: (B, R)
+                raise ValueError(
+                    f"The SavedModel signature returned no {key!r}. Its outputs: {sorted(outputs)}"
+                )
+        translations, scores = best_hypotheses(
+            outputs["translation"], outputs["score"]
+        )  # n-best: (B, R)
         return _as_strings(translations), np.asarray(scores).reshape(-1).tolist()
 
     def __call__(self, texts):

@@ -63,10 +63,19 @@ class TreeConstraint:
         kinds = np.asarray(kinds, np.int32)
         word_starts = np.asarray(word_starts, bool)
         if kinds.shape != word_starts.shape or kinds.ndim != 1:
-            raise ValueError(f"kinds and word_starts must be (V,) arrays. Received: {kinds.shape}, {word_starts.shape}")
-        for kind, name in ((OPEN, "opening bracket"), (CLOSING, "closing bracket"), (TAG, "tag"), (END, "EOS")):
+            raise ValueError(
+                f"kinds and word_starts must be (V,) arrays. Received: {kinds.shape}, {word_starts.shape}"
+            )
+        for kind, name in (
+            (OPEN, "opening bracket"),
+            (CLOSING, "closing bracket"),
+            (TAG, "tag"),
+            (END, "EOS"),
+        ):
             if not (kinds == kind).any():
-                raise ValueError(f"The vocabulary has no {name} symbol; train its tokenizer with the tree symbols")
+                raise ValueError(
+                    f"The vocabulary has no {name} symbol; train its tokenizer with the tree symbols"
+                )
         self.kinds = kinds  # (V,) numpy; a constant of the backend where used
         self.word_starts = word_starts  # (V,) numpy
 
@@ -108,7 +117,11 @@ class TreeConstraint:
 
     def source_words(self, source_ids):
         """The number of words of each source: int32 `(B,)` from `(B, S)` piece ids."""
-        starts = ops.take(ops.convert_to_tensor(self.word_starts.astype(np.int32)), ops.cast(source_ids, "int32"), axis=0)
+        starts = ops.take(
+            ops.convert_to_tensor(self.word_starts.astype(np.int32)),
+            ops.cast(source_ids, "int32"),
+            axis=0,
+        )
         return ops.sum(starts, axis=1)  # (B,)
 
     def kept_words(self, tokenizer, words):
@@ -143,18 +156,26 @@ class TreeConstraint:
         prefix_ids = ops.convert_to_tensor(prefix_ids, "int32")
         kind_of_id = ops.convert_to_tensor(self.kinds)  # (V,)
         kinds = ops.take(kind_of_id, prefix_ids, axis=0)  # (N, L + 1); BOS and PAD are OTHER
-        depth = ops.sum(ops.cast(ops.equal(kinds, OPEN), "int32") - ops.cast(ops.equal(kinds, CLOSING), "int32"), axis=1)
+        depth = ops.sum(
+            ops.cast(ops.equal(kinds, OPEN), "int32")
+            - ops.cast(ops.equal(kinds, CLOSING), "int32"),
+            axis=1,
+        )
         tags = ops.sum(ops.cast(ops.equal(kinds, TAG), "int32"), axis=1)  # (N,)
         index = ops.convert_to_tensor(index, "int32")
         last_opened = ops.equal(ops.take(kinds, index[None], axis=1)[:, 0], OPEN)  # (N,)
         words = ops.convert_to_tensor(words, "int32")
-        slots_after = ops.convert_to_tensor(limits, "int32") - index - 1  # (N,) tokens left after this one
+        slots_after = (
+            ops.convert_to_tensor(limits, "int32") - index - 1
+        )  # (N,) tokens left after this one
         words_left = words - tags
         may_open = (words_left > 0) & (words_left + depth + 2 <= slots_after)
         may_tag = (words_left > 0) & (words_left + depth <= slots_after)
         may_close = (depth > 0) & ops.logical_not(last_opened)
         may_end = ops.equal(depth, 0) & ops.equal(words_left, 0)
-        by_kind = ops.stack([ops.zeros_like(may_open), may_open, may_close, may_tag, may_end], axis=1)  # (N, 5)
+        by_kind = ops.stack(
+            [ops.zeros_like(may_open), may_open, may_close, may_tag, may_end], axis=1
+        )  # (N, 5)
         return ops.take(by_kind, kind_of_id, axis=1)  # (N, V)
 
     def apply(self, scores, prefix_ids, index, words, limits):

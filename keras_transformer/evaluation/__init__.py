@@ -8,7 +8,13 @@ Example:
 (100.0, 100.0, 1.0)
 """
 
-from keras_transformer.evaluation.bleu import TOKENIZERS, CorpusScores, corpus_bleu, corpus_chrf, score_corpus
+from keras_transformer.evaluation.bleu import (
+    TOKENIZERS,
+    CorpusScores,
+    corpus_bleu,
+    corpus_chrf,
+    score_corpus,
+)
 from keras_transformer.evaluation.evaluate import (
     CheckpointScore,
     EvaluationResult,

@@ -66,7 +66,9 @@ def _reference_streams(hypotheses, references):
     """
     hypotheses = list(hypotheses)
     if isinstance(references, str):
-        raise ValueError("references must be a list of strings (one per hypothesis), not a single string")
+        raise ValueError(
+            "references must be a list of strings (one per hypothesis), not a single string"
+        )
     references = list(references)
     if references and not isinstance(references[0], str):
         streams = [list(stream) for stream in references]
@@ -85,7 +87,9 @@ def _reference_streams(hypotheses, references):
 
 def _check_tokenize(tokenize):
     if tokenize not in BLEU.TOKENIZERS:
-        raise ValueError(f"Unknown BLEU tokenizer {tokenize!r}. Valid tokenizers: {', '.join(TOKENIZERS)}")
+        raise ValueError(
+            f"Unknown BLEU tokenizer {tokenize!r}. Valid tokenizers: {', '.join(TOKENIZERS)}"
+        )
 
 
 def corpus_bleu(hypotheses, references, lowercase=False, tokenize="13a"):
@@ -157,4 +161,12 @@ def score_corpus(hypotheses, references, lowercase=False, tokenize="13a"):
         any(normalize(hypothesis) == normalize(stream[i]) for stream in streams)
         for i, hypothesis in enumerate(hypotheses)
     )
-    return CorpusScores(bleu, chrf, bleu_signature, chrf_signature, details, len(hypotheses), matches / len(hypotheses))
+    return CorpusScores(
+        bleu,
+        chrf,
+        bleu_signature,
+        chrf_signature,
+        details,
+        len(hypotheses),
+        matches / len(hypotheses),
+    )

@@ -51,9 +51,18 @@ import sys
 from pathlib import Path
 
 SUMMARY_LABELS = (
-    "Number of sentence", "Number of Error sentence", "Number of Skip  sentence", "Number of Valid sentence",
-    "Bracketing Recall", "Bracketing Precision", "Bracketing FMeasure", "Complete match", "Average crossing",
-    "No crossing", "2 or less crossing", "Tagging accuracy",
+    "Number of sentence",
+    "Number of Error sentence",
+    "Number of Skip  sentence",
+    "Number of Valid sentence",
+    "Bracketing Recall",
+    "Bracketing Precision",
+    "Bracketing FMeasure",
+    "Complete match",
+    "Average crossing",
+    "No crossing",
+    "2 or less crossing",
+    "Tagging accuracy",
 )
 """The labels of EVALB's summary, in its order (the spacing is EVALB's)."""
 
@@ -69,7 +78,11 @@ def _warn_stderr(message):
 
 def _fields(text):
     """The blank-separated fields of `text` (`narg`, `sscanf("%s")`: C's blanks only)."""
-    return [field for field in "".join(" " if char in _SPACE else char for char in text).split(" ") if field]
+    return [
+        field
+        for field in "".join(" " if char in _SPACE else char for char in text).split(" ")
+        if field
+    ]
 
 
 def _atoi(text):
@@ -112,8 +125,16 @@ class EvalbParams:
             OSError: the file cannot be read.
             ValueError: a key with no value (`evalb.c` reads past the line's end there).
         """
-        settings = {"labeled": True, "cutoff_len": 40, "max_error": 10, "delete_labels": [],  # evalb.c's own
-                    "delete_labels_for_length": [], "quote_labels": [], "eq_labels": [], "eq_words": []}
+        settings = {
+            "labeled": True,
+            "cutoff_len": 40,
+            "max_error": 10,
+            "delete_labels": [],  # evalb.c's own
+            "delete_labels_for_length": [],
+            "quote_labels": [],
+            "eq_labels": [],
+            "eq_words": [],
+        }
         for number, line in enumerate(read_lines(path), start=1):
             end = len(line)
             while end > 1 and line[end - 1] in _SPACE:
@@ -128,12 +149,14 @@ class EvalbParams:
             value = line[blank:].lstrip(_SPACE)  # not empty: trailing blanks are cut
 
             def key(name):
-                return line.startswith(name) and line[len(name):len(name) + 1] in ("", *_SPACE)
+                return line.startswith(name) and line[len(name) : len(name) + 1] in ("", *_SPACE)
 
             if key("DEBUG") or key("MAX_ERROR") or key("CUTOFF_LEN") or key("LABELED"):
                 number_value = _atoi(value)
                 if value.strip(_SPACE) != str(number_value):
-                    warn(f"{where}: {value!r} is read as {number_value} (C's atoi, as EVALB reads it)")
+                    warn(
+                        f"{where}: {value!r} is read as {number_value} (C's atoi, as EVALB reads it)"
+                    )
                 if key("MAX_ERROR"):
                     settings["max_error"] = number_value
                 elif key("CUTOFF_LEN"):
@@ -141,7 +164,9 @@ class EvalbParams:
                 elif key("LABELED"):
                     settings["labeled"] = number_value != 0
                 elif number_value:
-                    warn(f"{where}: DEBUG {number_value} is read; EVALB's debug listing is not printed")
+                    warn(
+                        f"{where}: DEBUG {number_value} is read; EVALB's debug listing is not printed"
+                    )
             elif key("DELETE_LABEL"):
                 settings["delete_labels"].append(value)
             elif key("DELETE_LABEL_FOR_LENGTH"):
@@ -157,7 +182,12 @@ class EvalbParams:
                 settings[name.lower() + "s"].append(tuple(values))
             else:
                 warn(f"{where}: Unknown keyword ({line}) in parameter file")
-        return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in settings.items()})
+        return cls(
+            **{
+                name: tuple(value) if isinstance(value, list) else value
+                for name, value in settings.items()
+            }
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,8 +262,10 @@ class _Errors:
         self.line_messages.append(message)
         self.count += 1
         if self.count - 1 > self.max_error:
-            raise TooManyErrors(f"Too many errors: EVALB stops at line {line} ({message}), its error message "
-                                f"{self.count} with MAX_ERROR {self.max_error}")
+            raise TooManyErrors(
+                f"Too many errors: EVALB stops at line {line} ({message}), its error message "
+                f"{self.count} with MAX_ERROR {self.max_error}"
+            )
 
 
 @dataclasses.dataclass
@@ -264,7 +296,9 @@ def _read_line(line, params, number, side, errors):
     length, position, size = 0, 0, len(line)
 
     def refuse(what):
-        raise ValueError(f"{side} line {number}: {what} ({line.strip(_SPACE)[:80]!r}); EVALB cannot read it")
+        raise ValueError(
+            f"{side} line {number}: {what} ({line.strip(_SPACE)[:80]!r}); EVALB cannot read it"
+        )
 
     def scan(start):
         end = start
@@ -280,7 +314,7 @@ def _read_line(line, params, number, side, errors):
             position += 1
         elif char == "(":
             end = scan(position + 1)
-            label, position = line[position + 1:end], end
+            label, position = line[position + 1 : end], end
             if line[position] in _SPACE:
                 start = position
                 while start < size and line[start] in _SPACE:
@@ -291,7 +325,9 @@ def _read_line(line, params, number, side, errors):
                     if label not in params.delete_labels_for_length:
                         length += 1
                     if label in params.quote_labels and word in _QUOTE_WORDS:
-                        quotes.append(_Quote(label, word, len(terminals), len(brackets), list(stack)))
+                        quotes.append(
+                            _Quote(label, word, len(terminals), len(brackets), list(stack))
+                        )
                     if label not in params.delete_labels:
                         terminals.append([label, word])
                     position = end + 1
@@ -318,7 +354,7 @@ def _read_line(line, params, number, side, errors):
 def _reinsert(quote, side):
     """`reinsert_term`: put a deleted quote terminal back, shifting the brackets after it."""
     side.terminals.insert(quote.index, [quote.label, quote.word])
-    for bracket in side.brackets[quote.bracket:]:
+    for bracket in side.brackets[quote.bracket :]:
         bracket[1] += 1
         bracket[2] += 1
     for index in quote.ends:
@@ -332,7 +368,9 @@ def _fix_quote(gold, test, params):
         for j, gold_quote in enumerate(gold.quotes):
             if gold_quote.index != index or gold_quote.label == test_quote.label:
                 continue
-            gold_deleted, test_deleted = (quote.label in params.delete_labels for quote in (gold_quote, test_quote))
+            gold_deleted, test_deleted = (
+                quote.label in params.delete_labels for quote in (gold_quote, test_quote)
+            )
             if gold_deleted and not test_deleted:
                 _reinsert(gold_quote, gold)
                 for quote in gold.quotes[j:]:
@@ -385,19 +423,36 @@ def _calc_result(gold, test, status, params, number, errors):
         if gold_bracket[3] == _DELETED:
             continue
         for test_bracket in test_brackets:
-            if test_bracket[3] == 0 and gold_bracket[1:3] == test_bracket[1:3] and (
-                    not params.labeled or _equal(gold_bracket[0], test_bracket[0], params.eq_labels)):
+            if (
+                test_bracket[3] == 0
+                and gold_bracket[1:3] == test_bracket[1:3]
+                and (
+                    not params.labeled or _equal(gold_bracket[0], test_bracket[0], params.eq_labels)
+                )
+            ):
                 gold_bracket[3] = test_bracket[3] = 1
                 matched += 1
                 break
     kept_gold = [bracket for bracket in gold_brackets if bracket[3] != _DELETED]
     kept_test = [bracket for bracket in test_brackets if bracket[3] != _DELETED]
-    crossing = sum(any(_crosses(gold_bracket, test_bracket) for gold_bracket in kept_gold)
-                   for test_bracket in kept_test)
-    correct_tags = sum(_equal(gold_tag, test_tag, params.eq_labels)
-                       for (gold_tag, _), (test_tag, _) in zip(gold.terminals, test.terminals))
-    return SentenceScore(gold.length, status, matched, len(kept_gold), len(kept_test), crossing,
-                         len(gold.terminals), correct_tags)
+    crossing = sum(
+        any(_crosses(gold_bracket, test_bracket) for gold_bracket in kept_gold)
+        for test_bracket in kept_test
+    )
+    correct_tags = sum(
+        _equal(gold_tag, test_tag, params.eq_labels)
+        for (gold_tag, _), (test_tag, _) in zip(gold.terminals, test.terminals)
+    )
+    return SentenceScore(
+        gold.length,
+        status,
+        matched,
+        len(kept_gold),
+        len(kept_test),
+        crossing,
+        len(gold.terminals),
+        correct_tags,
+    )
 
 
 def score_sentence(gold_line, test_line, params=EvalbParams(), number=0):
@@ -424,7 +479,9 @@ def _percent(part, whole):
 def summarize(rows):
     """The `Summary` of `SentenceScore` rows (`print_total`)."""
     valid = [row for row in rows if row.status == 0]
-    matched, gold, test = (sum(getattr(row, name) for row in valid) for name in ("matched", "gold", "test"))
+    matched, gold, test = (
+        sum(getattr(row, name) for row in valid) for name in ("matched", "gold", "test")
+    )
     recall, precision = _percent(matched, gold), _percent(matched, test)
     return Summary(
         sentences=len(rows),
@@ -434,11 +491,15 @@ def summarize(rows):
         recall=recall,
         precision=precision,
         f_measure=2 * precision * recall / (precision + recall) if precision + recall else math.nan,
-        complete_match=_percent(sum(row.matched == row.gold == row.test for row in valid), len(valid)),
+        complete_match=_percent(
+            sum(row.matched == row.gold == row.test for row in valid), len(valid)
+        ),
         average_crossing=sum(row.crossing for row in valid) / len(valid) if valid else 0.0,
         no_crossing=_percent(sum(row.crossing == 0 for row in valid), len(valid)),
         two_or_less_crossing=_percent(sum(row.crossing <= 2 for row in valid), len(valid)),
-        tagging_accuracy=_percent(sum(row.correct_tags for row in valid), sum(row.words for row in valid)),
+        tagging_accuracy=_percent(
+            sum(row.correct_tags for row in valid), sum(row.words for row in valid)
+        ),
     )
 
 
@@ -463,7 +524,9 @@ def evalb(gold_lines, test_lines, params=EvalbParams()):
     elif len(test_lines) > len(gold_lines):
         errors(len(gold_lines) + 1, "Number of lines unmatch (too many lines in test file)")
     short = [row for row in rows if row.length <= params.cutoff_len]
-    return EvalbResult(tuple(rows), summarize(rows), summarize(short), params.cutoff_len, tuple(errors.messages))
+    return EvalbResult(
+        tuple(rows), summarize(rows), summarize(short), params.cutoff_len, tuple(errors.messages)
+    )
 
 
 def read_lines(path):
@@ -509,18 +572,38 @@ def format_report(result, sentences=True):
         for number, row in enumerate(result.rows, start=1):
             text += "%4d  %3d    %d  " % (number, row.length, row.status)
             text += "%6.2f %6.2f   %3d    %3d  %3d    %3d" % (
-                _percent(row.matched, row.gold), _percent(row.matched, row.test), row.matched, row.gold, row.test,
-                row.crossing)
-            text += "   %4d  %4d   %6.2f\n" % (row.words, row.correct_tags, _percent(row.correct_tags, row.words))
+                _percent(row.matched, row.gold),
+                _percent(row.matched, row.test),
+                row.matched,
+                row.gold,
+                row.test,
+                row.crossing,
+            )
+            text += "   %4d  %4d   %6.2f\n" % (
+                row.words,
+                row.correct_tags,
+                _percent(row.correct_tags, row.words),
+            )
         text += _RULE
         valid = [row for row in result.rows if row.status == 0]
-        total = {name: sum(getattr(row, name) for row in valid) for name in
-                 ("matched", "gold", "test", "crossing", "words", "correct_tags")}
+        total = {
+            name: sum(getattr(row, name) for row in valid)
+            for name in ("matched", "gold", "test", "crossing", "words", "correct_tags")
+        }
         if total["gold"] > 0 and total["test"] > 0:
             text += "                %6.2f %6.2f %6d %5d %5d  %5d" % (
-                result.all.recall, result.all.precision, total["matched"], total["gold"], total["test"],
-                total["crossing"])
-        text += "  %5d %5d   %6.2f\n" % (total["words"], total["correct_tags"], result.all.tagging_accuracy)
+                result.all.recall,
+                result.all.precision,
+                total["matched"],
+                total["gold"],
+                total["test"],
+                total["crossing"],
+            )
+        text += "  %5d %5d   %6.2f\n" % (
+            total["words"],
+            total["correct_tags"],
+            result.all.tagging_accuracy,
+        )
     text += "=== Summary ===\n\n-- All --\n" + format_summary(result.all)
     text += f"\n-- len<={result.cutoff_len} --\n" + format_summary(result.short)
     return text

@@ -46,7 +46,9 @@ def write_lines(path, lines):
     return fs.write_text(path, "".join(" ".join(line.splitlines()) + "\n" for line in lines))
 
 
-def evaluate_translator(translate, pairs, lowercase=False, tokenize="13a", output=None, settings=None):
+def evaluate_translator(
+    translate, pairs, lowercase=False, tokenize="13a", output=None, settings=None
+):
     """Translate the sources of `pairs` with `translate` and score them against the targets.
 
     Args:
@@ -153,14 +155,26 @@ def evaluate_run(
         pairs = list(pairs)[:max_sentences]
     translator = Translator(model, tokenizer, method, batch_size=batch_size, **options)
     tokenize = tokenize or default_tokenize(dataset)
-    settings = {"model_dir": str(model_dir), "dataset": dataset, "split": split, "method": method, **options}
+    settings = {
+        "model_dir": str(model_dir),
+        "dataset": dataset,
+        "split": split,
+        "method": method,
+        **options,
+    }
     if ensemble:
         settings["ensemble"] = ",".join(map(str, ensemble))
     return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
 
 
 def evaluate_saved_model(
-    export_dir, pairs, batch_size=64, signature="serving_default", lowercase=False, tokenize="13a", output=None
+    export_dir,
+    pairs,
+    batch_size=64,
+    signature="serving_default",
+    lowercase=False,
+    tokenize="13a",
+    output=None,
 ):
     """Translate `(source, reference)` pairs with an exported SavedModel and score them.
 
@@ -248,7 +262,9 @@ def score_checkpoints(
     """
     run_dirs = [model_dir, *ensemble]
     averaged = average_last or 1
-    runs.checkpoint_paths(runs.checkpoint_dir(model_dir), last=averaged)  # raises when there are fewer
+    runs.checkpoint_paths(
+        runs.checkpoint_dir(model_dir), last=averaged
+    )  # raises when there are fewer
     paths = runs.checkpoint_paths(runs.checkpoint_dir(model_dir))
     chosen = [i for i in range(averaged - 1, len(paths)) if i % every == (len(paths) - 1) % every]
     model, tokenizer, config = runs.load_ensemble(run_dirs, checkpoint=paths[chosen[0]])
@@ -266,7 +282,9 @@ def score_checkpoints(
     for i in chosen:
         step, newest = runs.checkpoint_step(paths[i]), []
         for member, run_dir in zip(members, run_dirs):
-            read = runs.checkpoint_paths(runs.checkpoint_dir(run_dir), last=averaged, until_step=step)
+            read = runs.checkpoint_paths(
+                runs.checkpoint_dir(run_dir), last=averaged, until_step=step
+            )
             if average_last:
                 runs.average_checkpoints(member, read)
             else:

@@ -43,11 +43,23 @@ def evaluate_parser(parse, pairs, params=EvalbParams(), output=None, settings=No
         from keras_transformer.evaluation.evaluate import write_lines
 
         write_lines(output, trees)
-    return ParsingResult(trees, evalb(gold_trees(pairs), trees, params), seconds, dict(settings or {}))
+    return ParsingResult(
+        trees, evalb(gold_trees(pairs), trees, params), seconds, dict(settings or {})
+    )
 
 
-def evaluate_parsing_run(model_dir, pairs, method="beam", checkpoint=None, average_last=None, batch_size=64,
-                         output=None, params=EvalbParams(), ensemble=(), **options):
+def evaluate_parsing_run(
+    model_dir,
+    pairs,
+    method="beam",
+    checkpoint=None,
+    average_last=None,
+    batch_size=64,
+    output=None,
+    params=EvalbParams(),
+    ensemble=(),
+    **options,
+):
     """`evaluate_parser` with the `Parser` of a run directory (search settings as `Parser`'s),
     or of an ensemble of it and the runs `ensemble` (`runs.load_ensemble`)."""
     from keras_transformer.decoding.parser import Parser
@@ -55,5 +67,9 @@ def evaluate_parsing_run(model_dir, pairs, method="beam", checkpoint=None, avera
 
     model, tokenizer, _ = load_ensemble([model_dir, *ensemble], checkpoint, average_last)
     parser = Parser(model, tokenizer, method, batch_size=batch_size, **options)
-    settings = {"method": method, **options, **({"ensemble": ",".join(map(str, ensemble))} if ensemble else {})}
+    settings = {
+        "method": method,
+        **options,
+        **({"ensemble": ",".join(map(str, ensemble))} if ensemble else {}),
+    }
     return evaluate_parser(parser, pairs, params, output, settings=settings)

@@ -11,7 +11,11 @@ PosixPath('saved_models/numbers/1')
 See docs/serving.md for the signatures, the TF Serving setup and request examples.
 """
 
-from keras_transformer.export.model_config import MODEL_CONFIG_FILE, model_server_config, write_model_config
+from keras_transformer.export.model_config import (
+    MODEL_CONFIG_FILE,
+    model_server_config,
+    write_model_config,
+)
 from keras_transformer.export.ops_check import (
     DENIED_OPS,
     OpsReport,

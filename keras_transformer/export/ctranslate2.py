@@ -56,7 +56,14 @@ QUANTIZATIONS = ("float32", "int8")
 VMAP_FILE = "vmap.txt"  # CTranslate2's name for a model's vocabulary map
 MODEL_FILE = "model.bin"  # the weights; published last, so a directory that has it is complete
 # Keras activation name -> name of the `ctranslate2.specs.Activation` member.
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH", "swish": "SWISH", "tanh": "Tanh", "sigmoid": "Sigmoid"}
+ACTIVATIONS = {
+    "relu": "RELU",
+    "gelu": "GELU",
+    "silu": "SWISH",
+    "swish": "SWISH",
+    "tanh": "Tanh",
+    "sigmoid": "Sigmoid",
+}
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
 
@@ -71,7 +78,11 @@ def _import_ctranslate2():
 
 
 def _activation_name(activation):
-    name = activation if isinstance(activation, str) else getattr(activation, "__name__", str(activation))
+    name = (
+        activation
+        if isinstance(activation, str)
+        else getattr(activation, "__name__", str(activation))
+    )
     return name.lower()
 
 
@@ -143,20 +154,30 @@ def _set_attention(spec, attention, norm, self_attention):
     query = _heads(_numpy(attention.query_kernel))
     key = _heads(_numpy(attention.key_kernel))
     value = _heads(_numpy(attention.value_kernel))
-    biases = [_numpy(getattr(attention, f"{name}_bias")).reshape(-1) for name in ("query", "key", "value")]
+    biases = [
+        _numpy(getattr(attention, f"{name}_bias")).reshape(-1) for name in ("query", "key", "value")
+    ]
     if self_attention:  # one fused (3D, D) projection
-        _set_linear(spec.linear[0], np.concatenate([query, key, value], axis=1), np.concatenate(biases))
+        _set_linear(
+            spec.linear[0], np.concatenate([query, key, value], axis=1), np.concatenate(biases)
+        )
     else:  # queries from the decoder, fused keys and values from the encoder outputs
         _set_linear(spec.linear[0], query, biases[0])
-        _set_linear(spec.linear[1], np.concatenate([key, value], axis=1), np.concatenate(biases[1:]))
+        _set_linear(
+            spec.linear[1], np.concatenate([key, value], axis=1), np.concatenate(biases[1:])
+        )
     output = _numpy(attention.output_kernel)  # (H, Dv, D)
-    _set_linear(spec.linear[-1], output.reshape(-1, output.shape[-1]), _numpy(attention.output_bias))
+    _set_linear(
+        spec.linear[-1], output.reshape(-1, output.shape[-1]), _numpy(attention.output_bias)
+    )
     _set_layer_norm(spec.layer_norm, norm)
 
 
 def _set_feed_forward(spec, block):
     ffn = block.feed_forward
-    _set_linear(spec.linear_0, _numpy(ffn.intermediate_dense.kernel), _numpy(ffn.intermediate_dense.bias))
+    _set_linear(
+        spec.linear_0, _numpy(ffn.intermediate_dense.kernel), _numpy(ffn.intermediate_dense.bias)
+    )
     _set_linear(spec.linear_1, _numpy(ffn.output_dense.kernel), _numpy(ffn.output_dense.bias))
     _set_layer_norm(spec.layer_norm, block.feed_forward_layer_norm)
 
@@ -209,11 +230,17 @@ def transformer_spec(model, pieces, num_positions=None):
     encoder.position_encodings.encodings = _position_table(model, "encoder", num_positions)
     decoder.position_encodings.encodings = _position_table(model, "decoder", num_positions)
     for layer_spec, block in zip(encoder.layer, model.encoder_layers):
-        _set_attention(layer_spec.self_attention, block.self_attention, block.self_attention_layer_norm, True)
+        _set_attention(
+            layer_spec.self_attention, block.self_attention, block.self_attention_layer_norm, True
+        )
         _set_feed_forward(layer_spec.ffn, block)
     for layer_spec, block in zip(decoder.layer, model.decoder_layers):
-        _set_attention(layer_spec.self_attention, block.self_attention, block.self_attention_layer_norm, True)
-        _set_attention(layer_spec.attention, block.cross_attention, block.cross_attention_layer_norm, False)
+        _set_attention(
+            layer_spec.self_attention, block.self_attention, block.self_attention_layer_norm, True
+        )
+        _set_attention(
+            layer_spec.attention, block.cross_attention, block.cross_attention_layer_norm, False
+        )
         _set_feed_forward(layer_spec.ffn, block)
     if config.normalize_first:
         _set_layer_norm(encoder.layer_norm, model.final_norms["encoder"])
@@ -221,7 +248,11 @@ def transformer_spec(model, pieces, num_positions=None):
     if model.output_projection is None:  # tied: logits = hidden @ E^T
         decoder.projection.weight = decoder.embeddings.weight
     else:
-        _set_linear(decoder.projection, _numpy(model.output_projection.kernel), _numpy(model.output_projection.bias))
+        _set_linear(
+            decoder.projection,
+            _numpy(model.output_projection.kernel),
+            _numpy(model.output_projection.bias),
+        )
 
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
     spec.config.unk_token = SPECIAL_PIECES[UNK_ID]
@@ -239,11 +270,15 @@ def vocabulary(tokenizer):
     pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocabulary_size)]
     for piece_id, piece in SPECIAL_PIECES.items():
         if pieces[piece_id] != piece:
-            raise ValueError(f"Piece {piece_id} must be {piece!r} for CTranslate2. Received: {pieces[piece_id]!r}")
+            raise ValueError(
+                f"Piece {piece_id} must be {piece!r} for CTranslate2. Received: {pieces[piece_id]!r}"
+            )
     return pieces
 
 
-def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None, replace=True):
+def save_ctranslate2(
+    model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None, replace=True
+):
     """Write `model` (float32) as a CTranslate2 model directory.
 
     Args:
@@ -266,11 +301,16 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         FileExistsError: `output_dir` exists and not `replace`, or another export is writing it.
     """
     if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")
+        raise ValueError(
+            f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
+        )
     spec = transformer_spec(model, pieces)
     for path in files:
         spec.register_file(str(path))
-    with tempfile.TemporaryDirectory() as maps, tempfile.TemporaryDirectory() as scratch:  # local files only
+    with (
+        tempfile.TemporaryDirectory() as maps,
+        tempfile.TemporaryDirectory() as scratch,
+    ):  # local files only
         if vocabulary_map is not None:
             vmap = f"{maps}/{VMAP_FILE}"
             vocabulary_map.write_ctranslate2(vmap, pieces)
@@ -281,8 +321,15 @@ def save_ctranslate2(model, pieces, output_dir, quantization="float32", files=()
         return fs.publish_dir(scratch, output_dir, replace=replace, last=(MODEL_FILE,))
 
 
-def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint=None, average_last=None, overwrite=False,
-                       vocabulary_map=None):
+def export_ctranslate2(
+    model_dir,
+    output_dir,
+    quantization="float32",
+    checkpoint=None,
+    average_last=None,
+    overwrite=False,
+    vocabulary_map=None,
+):
     """Convert a run directory's weights into a CTranslate2 model directory.
 
     Args:
@@ -300,14 +347,27 @@ def export_ctranslate2(model_dir, output_dir, quantization="float32", checkpoint
     """
 
     if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}")
+        raise ValueError(
+            f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
+        )
     if fs.exists(output_dir) and not overwrite:
-        raise FileExistsError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")
+        raise FileExistsError(
+            f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it"
+        )
     check_ctranslate2_config(read_run_config(model_dir)[0])  # before reading any weights
-    model, tokenizer, _ = load_run(model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32")
+    model, tokenizer, _ = load_run(
+        model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32"
+    )
     with fs.local_copy(fs.join(model_dir, TOKENIZER_FILE)) as tokenizer_file:
-        return save_ctranslate2(model, vocabulary(tokenizer), output_dir, quantization=quantization,
-                                files=[tokenizer_file], vocabulary_map=vocabulary_map, replace=overwrite)
+        return save_ctranslate2(
+            model,
+            vocabulary(tokenizer),
+            output_dir,
+            quantization=quantization,
+            files=[tokenizer_file],
+            vocabulary_map=vocabulary_map,
+            replace=overwrite,
+        )
 
 
 def translate_ctranslate2(
@@ -336,7 +396,10 @@ def translate_ctranslate2(
         `(output_ids: list of int lists (EOS appended when produced), scores: list of float)`,
         the scores being CTranslate2's (log-probabilities when `length_penalty=0`).
     """
-    pieces = [[tokenizer.id_to_piece(int(i)) for i in ids] for ids in tokenizer.tokenize(list(texts)).to_list()]
+    pieces = [
+        [tokenizer.id_to_piece(int(i)) for i in ids]
+        for ids in tokenizer.tokenize(list(texts)).to_list()
+    ]
     pieces = [tokens[: max_source_length - 1] for tokens in pieces]
     ids_of = {piece: i for i, piece in enumerate(vocabulary(tokenizer))}
     outputs, scores = [None] * len(pieces), [None] * len(pieces)

@@ -44,7 +44,9 @@ def model_server_config(models, num_versions=1):
         ) from err
     config = model_server_config_pb2.ModelServerConfig()
     for name, base_path in models.items():
-        entry = config.model_config_list.config.add(name=name, base_path=str(base_path), model_platform="tensorflow")
+        entry = config.model_config_list.config.add(
+            name=name, base_path=str(base_path), model_platform="tensorflow"
+        )
         entry.model_version_policy.latest.num_versions = num_versions
     return text_format.MessageToString(config)
 

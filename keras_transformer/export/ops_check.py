@@ -89,7 +89,9 @@ def load_sentencepiece_ops():
     return libraries
 '''
 
-_ORIGINS_SCRIPT = TENSORFLOW_ONLY_PRELUDE + r'''
+_ORIGINS_SCRIPT = (
+    TENSORFLOW_ONLY_PRELUDE
+    + r'''
 import json
 
 names = json.loads(sys.stdin.read())
@@ -102,7 +104,9 @@ try:
 except ImportError:  # without tensorflow_text the Sentencepiece* ops stay "unregistered" (not allowed)
     pass
 for name in names:
-    if name not in origins and name.startswith("''' + TEXT_OP_PREFIX + r'''") and op_def_registry.get(name) is not None:
+    if name not in origins and name.startswith("'''
+    + TEXT_OP_PREFIX
+    + r"""") and op_def_registry.get(name) is not None:
         origins[name] = "tensorflow_text"
 print("OP_ORIGINS=" + json.dumps(origins))
 from importlib import metadata
@@ -113,7 +117,8 @@ try:
 except metadata.PackageNotFoundError:
     pass
 print("RUNTIME=" + json.dumps(runtime))
-'''
+"""
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,12 +153,19 @@ class OpsReport:
 
     def summary(self):
         """Human-readable lines: the ops grouped by origin, and the verdict."""
-        lines = [f"{origin} ({len(ops)}): {', '.join(ops)}" for origin, ops in sorted(self.by_origin().items())]
+        lines = [
+            f"{origin} ({len(ops)}): {', '.join(ops)}"
+            for origin, ops in sorted(self.by_origin().items())
+        ]
         checked = f" (registry of {self.runtime})" if self.runtime else ""
         if self.ok:
-            lines.append(f"All {len(self.origins)} op types are TensorFlow core or TensorFlow Text ops{checked}.")
+            lines.append(
+                f"All {len(self.origins)} op types are TensorFlow core or TensorFlow Text ops{checked}."
+            )
         else:
-            lines.append(f"Not servable by the stock model server{checked}: {', '.join(self.disallowed)}")
+            lines.append(
+                f"Not servable by the stock model server{checked}: {', '.join(self.disallowed)}"
+            )
         return "\n".join(lines)
 
 
@@ -217,8 +229,12 @@ def _lookup(names, python, timeout):
         if key in ("OP_ORIGINS", "RUNTIME"):
             values[key] = json.loads(value)
     if result.returncode != 0 or len(values) != 2:
-        raise RuntimeError(f"Looking up the TensorFlow op registry of {python} failed:\n{result.stderr[-3000:]}")
-    _RUNTIMES[python] = ", ".join(f"{package} {version}" for package, version in values["RUNTIME"].items())
+        raise RuntimeError(
+            f"Looking up the TensorFlow op registry of {python} failed:\n{result.stderr[-3000:]}"
+        )
+    _RUNTIMES[python] = ", ".join(
+        f"{package} {version}" for package, version in values["RUNTIME"].items()
+    )
     return {name: values["OP_ORIGINS"].get(name, "unregistered") for name in names}
 
 
@@ -252,7 +268,9 @@ def check_saved_model_ops(saved_model_dir, python=None):
     """
     ops = saved_model_ops(saved_model_dir)
     origins = op_origins(ops, python=python)
-    return OpsReport(ops=dict(ops), origins=origins, runtime=_RUNTIMES[str(python or sys.executable)])
+    return OpsReport(
+        ops=dict(ops), origins=origins, runtime=_RUNTIMES[str(python or sys.executable)]
+    )
 
 
 def assert_servable_ops(saved_model_dir, python=None):
@@ -271,10 +289,16 @@ def assert_servable_ops(saved_model_dir, python=None):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 2):
-        print("usage: python -m keras_transformer.export.ops_check SAVED_MODEL_DIR [PYTHON]", file=sys.stderr)
+        print(
+            "usage: python -m keras_transformer.export.ops_check SAVED_MODEL_DIR [PYTHON]",
+            file=sys.stderr,
+        )
         return 2
     if len(argv) == 2 and not (Path(argv[1]).is_file() and os.access(argv[1], os.X_OK)):
-        print(f"PYTHON must be an interpreter (e.g. venv/bin/python). Received: {argv[1]}", file=sys.stderr)
+        print(
+            f"PYTHON must be an interpreter (e.g. venv/bin/python). Received: {argv[1]}",
+            file=sys.stderr,
+        )
         return 2
     report = check_saved_model_ops(argv[0], python=argv[1] if len(argv) == 2 else None)
     print(report.summary())

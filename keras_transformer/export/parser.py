@@ -77,12 +77,18 @@ def trees_from_targets(targets, sentences):
     is_tag = tf.logical_not(closing | opening) & tf.not_equal(dense, "")
     tags = tf.reduce_sum(tf.cast(is_tag, tf.int32), axis=1)  # (B,)
     word_index = tf.maximum(tf.cumsum(tf.cast(is_tag, tf.int32), axis=1) - 1, 0)  # (B, T)
-    word = tf.gather(dense_words, tf.minimum(word_index, tf.maximum(tf.shape(dense_words)[1] - 1, 0)), batch_dims=1)
+    word = tf.gather(
+        dense_words,
+        tf.minimum(word_index, tf.maximum(tf.shape(dense_words)[1] - 1, 0)),
+        batch_dims=1,
+    )
     preterminal = tf.strings.join([OPEN_PREFIX, dense, " ", word, CLOSE])
     text = tf.where(is_tag, preterminal, dense)
     first = tf.equal(tf.range(tf.shape(dense)[1]), 0)[None, :]
     separator = tf.where(closing | first, "", " ")
-    pieces = tf.RaggedTensor.from_tensor(tf.strings.join([separator, text]), lengths=symbols.row_lengths())
+    pieces = tf.RaggedTensor.from_tensor(
+        tf.strings.join([separator, text]), lengths=symbols.row_lengths()
+    )
     joined = tf.strings.reduce_join(pieces, axis=1)
     whole = tf.not_equal(targets, "") & tf.equal(tags, tf.cast(words.row_lengths(), tf.int32))
     return tf.where(whole, tf.strings.join([f"{OPEN_PREFIX}{ROOT} ", joined, CLOSE]), "")
@@ -127,7 +133,9 @@ class ParsingModule(TranslationModule):
     def translate_nbest(self, text):
         """The `beam_size` best trees of each sentence: `{"translations": (B, K), "scores": (B, K)}`."""
         sentences = self.sentences(_check_shape(text, TEXT_SPEC))
-        token_ids, scores = self._search(self.encode(sentences), num_return=self.beam_size)  # (B, K, L), (B, K)
+        token_ids, scores = self._search(
+            self.encode(sentences), num_return=self.beam_size
+        )  # (B, K, L), (B, K)
         targets = self.decode_nbest(token_ids)  # (B, K)
         trees = trees_from_targets(tf.reshape(targets, [-1]), tf.repeat(sentences, self.beam_size))
         return {"translations": tf.reshape(trees, tf.shape(targets)), "scores": scores}

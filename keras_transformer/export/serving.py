@@ -108,7 +108,13 @@ class ExportResult:
 
 
 def _check_name(name):
-    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or os.sep in name:
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith(".")
+        or "/" in name
+        or os.sep in name
+    ):
         raise ValueError(
             f"name must be a non-empty directory name without '/' that does not start with '.'. Received: name={name!r}"
         )
@@ -153,10 +159,14 @@ def format_signatures(specs):
 
     def describe(tensors):
         return ", ".join(
-            f"{name}: {dtype} {list(shape) if shape is not None else '?'}" for name, (dtype, shape) in tensors.items()
+            f"{name}: {dtype} {list(shape) if shape is not None else '?'}"
+            for name, (dtype, shape) in tensors.items()
         )
 
-    lines = [f"{key}({describe(value['inputs'])}) -> {describe(value['outputs'])}" for key, value in specs.items()]
+    lines = [
+        f"{key}({describe(value['inputs'])}) -> {describe(value['outputs'])}"
+        for key, value in specs.items()
+    ]
     return "\n".join(lines)
 
 
@@ -169,8 +179,10 @@ def _write_export_info(saved_model_dir, translator, name):
         "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
         "tokenizer_asset": f"assets/{TOKENIZER_ASSET}",
     }
-    fs.write_text(fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE),
-                  json.dumps(info, indent=2, sort_keys=True) + "\n")
+    fs.write_text(
+        fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE),
+        json.dumps(info, indent=2, sort_keys=True) + "\n",
+    )
 
 
 def _save(translator, directory, name, warmup_sentences, verify, check_ops, progress):
@@ -310,8 +322,15 @@ def export_saved_model(
 
     def write(directory):
         try:
-            results["ops"] = _save(translator, directory, name, warmup_sentences, verify, check_ops,
-                                   progress or (lambda line: None))
+            results["ops"] = _save(
+                translator,
+                directory,
+                name,
+                warmup_sentences,
+                verify,
+                check_ops,
+                progress or (lambda line: None),
+            )
         except OSError as error:
             raise ExportError(
                 f"Could not export {name!r} to {model_root}: {_reason(error)}. The partial export was removed and "

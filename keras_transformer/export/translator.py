@@ -118,9 +118,17 @@ class TranslationModule(tf.Module):
         super().__init__(name=name)
         config = model.config
         options = SearchOptions.from_config(
-            config, "beam", beam_size=beam_size, length_penalty=length_penalty, max_output_offset=max_output_offset
+            config,
+            "beam",
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_output_offset=max_output_offset,
         )  # checks them
-        beam_size, length_penalty, max_output_offset = options.beam_size, options.length_penalty, options.max_output_offset
+        beam_size, length_penalty, max_output_offset = (
+            options.beam_size,
+            options.length_penalty,
+            options.max_output_offset,
+        )
         if max_source_length is None:
             max_source_length = config.max_length
         check_positive_int("max_source_length", max_source_length)
@@ -184,7 +192,11 @@ class TranslationModule(tf.Module):
             "max_output_offset": self.max_output_offset,
             "max_output_length": self.max_output_length,
             "max_source_length": self.max_source_length,
-            **({} if self.vocabulary_map is None else {"vocabulary_map": self.vocabulary_map.description}),
+            **(
+                {}
+                if self.vocabulary_map is None
+                else {"vocabulary_map": self.vocabulary_map.description}
+            ),
         }
 
     # --- the exported functions ---
@@ -209,7 +221,9 @@ class TranslationModule(tf.Module):
         an empty text with score -inf.
         """
         text = _check_shape(text, TEXT_SPEC)
-        token_ids, scores = self._search(self.encode(text), num_return=self.beam_size)  # (B, K, L), (B, K)
+        token_ids, scores = self._search(
+            self.encode(text), num_return=self.beam_size
+        )  # (B, K, L), (B, K)
         return {"translations": self.decode_nbest(token_ids), "scores": scores}
 
     @tf.function(input_signature=[SOURCE_IDS_SPEC])
@@ -237,7 +251,9 @@ class TranslationModule(tf.Module):
             message="score: `source` and `target` must hold the same number of texts",
         )
         source_ids = self.encode(source)  # (B, S)
-        pieces = self.tokenizer.tokenize(valid_utf8(target))[:, : self.max_output_length - 1]  # ragged (B, None)
+        pieces = self.tokenizer.tokenize(valid_utf8(target))[
+            :, : self.max_output_length - 1
+        ]  # ragged (B, None)
         pieces = tf.cast(pieces, tf.int32)
         batch_size = pieces.nrows()
         bos = tf.fill([batch_size, 1], BOS_ID)
@@ -246,7 +262,9 @@ class TranslationModule(tf.Module):
         target_out = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
         extra = {}
-        if getattr(self.model, "uses_word_window", False):  # config.word_window: the source's word of each piece
+        if getattr(
+            self.model, "uses_word_window", False
+        ):  # config.word_window: the source's word of each piece
             extra["source_word_positions"] = self.model.source_word_positions(source_ids)
         logits = self.model.decode(target_in, encoder_outputs, source_mask, **extra)  # (B, T, V)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
@@ -292,7 +310,9 @@ class TranslationModule(tf.Module):
         Returns:
             `(token_ids int32 (B, R, L), scores float32 (B, R))`, R = `num_return`, best first.
         """
-        has_pieces = tf.reduce_any(tf.not_equal(source_ids, PAD_ID) & tf.not_equal(source_ids, EOS_ID), axis=1)  # (B,)
+        has_pieces = tf.reduce_any(
+            tf.not_equal(source_ids, PAD_ID) & tf.not_equal(source_ids, EOS_ID), axis=1
+        )  # (B,)
         rows = tf.where(has_pieces)  # (N, 1) int64
         token_ids, scores = beam_search(
             self.step or self.model,

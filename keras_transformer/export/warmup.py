@@ -43,7 +43,9 @@ def check_sentences(sentences):
         ValueError: if there is no sentence, or more than TF Serving replays.
     """
     if isinstance(sentences, (str, bytes)):
-        raise TypeError(f"warmup sentences must be a list of strings, not a single string. Received: {sentences!r}")
+        raise TypeError(
+            f"warmup sentences must be a list of strings, not a single string. Received: {sentences!r}"
+        )
     sentences = list(sentences)
     if not sentences:
         raise ValueError("At least one warmup sentence is needed.")
@@ -89,7 +91,13 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
         ("translate", {"text": tf.constant(sentences, tf.string)}),
         ("translate_ids", {"source_ids": tf.constant(source_ids, tf.int32)}),
         ("translate_nbest", {"text": tf.constant(sentences, tf.string)}),
-        ("score", {"source": tf.constant(sentences, tf.string), "target": tf.constant(sentences, tf.string)}),
+        (
+            "score",
+            {
+                "source": tf.constant(sentences, tf.string),
+                "target": tf.constant(sentences, tf.string),
+            },
+        ),
     ]
     logs = []
     for signature_name, inputs in requests:
@@ -98,7 +106,11 @@ def warmup_requests(translator, model_name, sentences=DEFAULT_WARMUP_SENTENCES):
         )
         for key, value in inputs.items():
             request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
-        logs.append(prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request)))
+        logs.append(
+            prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+        )
     return logs
 
 

@@ -141,7 +141,11 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_window is not None:
             check_positive_int("attention_window", attention_window)
         self.attention_window = attention_window
-        for name, value in (("key_dim", key_dim), ("value_dim", value_dim), ("output_dim", output_dim)):
+        for name, value in (
+            ("key_dim", key_dim),
+            ("value_dim", value_dim),
+            ("output_dim", output_dim),
+        ):
             if value is not None:
                 check_positive_int(name, value)
         check_rate("dropout", dropout)
@@ -155,7 +159,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.quantization_config = quantization_config
         self.supports_masking = True
-        self._dropout_layer = ReplicaDropout(dropout, dtype=self.dtype_policy, name="attention_dropout")
+        self._dropout_layer = ReplicaDropout(
+            dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         hidden_dim = query_shape[-1]
@@ -180,10 +186,16 @@ class MultiHeadAttention(keras.layers.Layer):
             "output_kernel": (heads, value_dim, output_dim),
         }
         if self.quantization_mode:  # e.g. rebuilt from the config of a quantized layer
-            self.quantized_build(kernel_shapes, mode=self.quantization_mode, config=self.quantization_config)
+            self.quantized_build(
+                kernel_shapes, mode=self.quantization_mode, config=self.quantization_config
+            )
         else:
             for name, shape in kernel_shapes.items():
-                setattr(self, name, self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer))
+                setattr(
+                    self,
+                    name,
+                    self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer),
+                )
         if self.use_bias:
             self.query_bias = self._bias("query_bias", (heads, key_dim))
             self.key_bias = self._bias("key_bias", (heads, key_dim))
@@ -214,15 +226,27 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.quantization_mode == "int8":
             scale = ops.reshape(getattr(self, f"{name}_kernel_scale"), (heads * depth,))
             projected = quantization.quantized_matmul(
-                rows, ops.reshape(kernel, (width, heads * depth)), scale, self.inputs_quantizer, dtype
+                rows,
+                ops.reshape(kernel, (width, heads * depth)),
+                scale,
+                self.inputs_quantizer,
+                dtype,
             )
         else:
-            projected = ops.matmul(rows, ops.reshape(ops.cast(kernel, dtype), (width, heads * depth)))
+            projected = ops.matmul(
+                rows, ops.reshape(ops.cast(kernel, dtype), (width, heads * depth))
+            )
         if self.use_bias:  # (B * T, H * Dk)
-            projected = projected + ops.reshape(ops.cast(getattr(self, f"{name}_bias"), dtype), (heads * depth,))
-        if packing is not None:  # (N, H * Dk) -> (B, H, T, Dk), the heads split off in the same gather
+            projected = projected + ops.reshape(
+                ops.cast(getattr(self, f"{name}_bias"), dtype), (heads * depth,)
+            )
+        if (
+            packing is not None
+        ):  # (N, H * Dk) -> (B, H, T, Dk), the heads split off in the same gather
             return packing_lib.unpack_heads(projected, packing, heads)
-        if inputs.shape[1] == 1:  # one position (a decoding step): (B, 1, H, Dk) is (B, H, 1, Dk) in memory
+        if (
+            inputs.shape[1] == 1
+        ):  # one position (a decoding step): (B, 1, H, Dk) is (B, H, 1, Dk) in memory
             return ops.reshape(projected, (-1, heads, 1, depth))
         shape = ops.shape(inputs)
         projected = ops.reshape(projected, (shape[0], shape[1], heads, depth))  # (B, T, H, Dk)
@@ -240,7 +264,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         if key_sequence is None:
             key_sequence = key_value_sequence
-        return {"key": self._project(key_sequence, "key"), "value": self._project(key_value_sequence, "value")}
+        return {
+            "key": self._project(key_sequence, "key"),
+            "value": self._project(key_value_sequence, "value"),
+        }
 
     def init_cache(self, batch_size, max_length):
         """An empty self-attention cache: zeros `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`.
@@ -278,7 +305,9 @@ class MultiHeadAttention(keras.layers.Layer):
         key_packing=None,
     ):
         if cache is not None and (query_packing is not None or key_packing is not None):
-            raise ValueError("query_packing and key_packing are not available in cached mode. Received: a cache")
+            raise ValueError(
+                "query_packing and key_packing are not available in cached mode. Received: a cache"
+            )
         if key_packing is not None:
             key_mask = key_packing[1]
         if cache is not None and return_attention_scores:
@@ -295,7 +324,9 @@ class MultiHeadAttention(keras.layers.Layer):
         ring = False
         if cache is None:
             if value is None:
-                raise ValueError("MultiHeadAttention needs `value` unless a cache is given. Received: value=None")
+                raise ValueError(
+                    "MultiHeadAttention needs `value` unless a cache is given. Received: value=None"
+                )
             key = value if key is None else key
             key_mask = value_mask if key_mask is None else key_mask
             keys = self._project(key, "key", key_packing)  # (B, H, K, Dk)
@@ -316,7 +347,9 @@ class MultiHeadAttention(keras.layers.Layer):
             new_keys = ops.cast(self._project(key, "key"), key_buffer.dtype)
             new_values = ops.cast(self._project(value, "value"), value_buffer.dtype)
             key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
-            if self.attention_window:  # a ring of r slots; the mask holds the band and the causality
+            if (
+                self.attention_window
+            ):  # a ring of r slots; the mask holds the band and the causality
                 keys, values, cache, attention_mask = attention_cache.ring_step(
                     cache,
                     new_keys,
@@ -330,7 +363,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 ring, use_causal_mask = True, False
             else:  # keys at positions 0 .. cache_index + Q - 1 (under XLA: the whole buffer)
                 keys, values, cache, attention_mask, use_causal_mask = attention_cache.write_step(
-                    cache, new_keys, new_values, cache_index, query_length, attention_mask, use_causal_mask
+                    cache,
+                    new_keys,
+                    new_values,
+                    cache_index,
+                    query_length,
+                    attention_mask,
+                    use_causal_mask,
                 )
                 causal_offset = cache_index
         window = self.attention_window
@@ -342,12 +381,24 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"Received: query length {query_length}, key length {key_length}"
                 )
         if window and cache is None and attention_mask is None and not return_attention_scores:
-            dropout = (lambda weights: self._dropout_layer(weights, training=training)) if self.dropout else None
-            outputs = windowed_attention(queries, keys, values, window, use_causal_mask, key_mask, dropout)
+            dropout = (
+                (lambda weights: self._dropout_layer(weights, training=training))
+                if self.dropout
+                else None
+            )
+            outputs = windowed_attention(
+                queries, keys, values, window, use_causal_mask, key_mask, dropout
+            )
             return self._output(outputs, query_packing)
         if window and not ring:  # the same band, as a mask over the full scores
-            band = band_mask(ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset)
-            attention_mask = band if attention_mask is None else ops.logical_and(ops.cast(attention_mask, "bool"), band)
+            band = band_mask(
+                ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset
+            )
+            attention_mask = (
+                band
+                if attention_mask is None
+                else ops.logical_and(ops.cast(attention_mask, "bool"), band)
+            )
         mask = masks_lib.merge_masks(
             ops.shape(queries)[2],
             ops.shape(keys)[2],
@@ -363,7 +414,9 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
         outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
         if grouped_rows is not None:
-            outputs = attention_cache.ungroup_outputs(outputs, grouped_rows, query_length)  # (N, H, Q, Dv)
+            outputs = attention_cache.ungroup_outputs(
+                outputs, grouped_rows, query_length
+            )  # (N, H, Q, Dv)
         outputs = self._output(outputs, query_packing)
         if cache is not None:
             return outputs, cache
@@ -380,11 +433,17 @@ class MultiHeadAttention(keras.layers.Layer):
         elif heads.shape[2] == 1:  # one query (a decoding step): (B, H, 1, Dv) is (B, 1, H * Dv)
             concatenated = ops.reshape(heads, (-1, heads_count * depth))  # (B, H * Dv)
         else:
-            concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, heads_count * depth))  # (B * Q, H * Dv)
+            concatenated = ops.reshape(
+                ops.transpose(heads, (0, 2, 1, 3)), (-1, heads_count * depth)
+            )  # (B * Q, H * Dv)
         kernel = ops.reshape(self.output_kernel, (heads_count * depth, width))
         if self.quantization_mode == "int8":
             outputs = quantization.quantized_matmul(
-                concatenated, kernel, self.output_kernel_scale, self.inputs_quantizer, self.compute_dtype
+                concatenated,
+                kernel,
+                self.output_kernel_scale,
+                self.inputs_quantizer,
+                self.compute_dtype,
             )
         else:
             outputs = ops.matmul(concatenated, kernel)
@@ -408,7 +467,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
+                "quantization_config": keras.saving.serialize_keras_object(
+                    self.quantization_config
+                ),
             }
         )
         return config
@@ -416,26 +477,38 @@ class MultiHeadAttention(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        config["quantization_config"] = keras.saving.deserialize_keras_object(
+            config.get("quantization_config")
+        )
         return super().from_config(config)
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
     def compute_output_spec(
-        self, query, value=None, key=None, return_attention_scores=False, cache=None, cache_index=None, **kwargs
+        self,
+        query,
+        value=None,
+        key=None,
+        return_attention_scores=False,
+        cache=None,
+        cache_index=None,
+        **kwargs,
     ):
         # Symbolic calls return the same structure as eager ones: (outputs, cache) in
         # cached mode, (outputs, scores) with return_attention_scores.
-        outputs = keras.KerasTensor(self.compute_output_shape(query.shape), dtype=self.compute_dtype)
+        outputs = keras.KerasTensor(
+            self.compute_output_shape(query.shape), dtype=self.compute_dtype
+        )
         if cache is not None:
-            return outputs, keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache)
+            return outputs, keras.tree.map_structure(
+                lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache
+            )
         if return_attention_scores:
             key_length = (value if key is None else key).shape[1]
             scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
             return outputs, keras.KerasTensor(scores_shape, dtype="float32")
         return outputs
-
 
     # --- int8: Keras' quantization hooks (see `quantization`) ---
 
@@ -478,9 +551,13 @@ class MultiHeadAttention(keras.layers.Layer):
         for name, shape in kernel_shapes.items():
             reduced = self.KERNEL_REDUCED_AXES[name]
             scale_shape = tuple(size for axis, size in enumerate(shape) if axis not in reduced)
-            kernel = self.add_weight(name=name, shape=shape, initializer="zeros", dtype="int8", trainable=False)
+            kernel = self.add_weight(
+                name=name, shape=shape, initializer="zeros", dtype="int8", trainable=False
+            )
             setattr(self, name, kernel)
-            scale = self.add_weight(name=f"{name}_scale", shape=scale_shape, initializer="ones", trainable=False)
+            scale = self.add_weight(
+                name=f"{name}_scale", shape=scale_shape, initializer="ones", trainable=False
+            )
             setattr(self, f"{name}_scale", scale)
 
     def _int8_call(self, *args, **kwargs):
@@ -499,7 +576,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         kernels = list(self.KERNEL_REDUCED_AXES)
         biases = [name.replace("_kernel", "_bias") for name in kernels] if self.use_bias else []
-        return {None: kernels + biases, "int8": kernels + biases + [f"{name}_scale" for name in kernels]}
+        return {
+            None: kernels + biases,
+            "int8": kernels + biases + [f"{name}_scale" for name in kernels],
+        }
 
     def save_own_variables(self, store):
         quantization.save_variables(self, store)

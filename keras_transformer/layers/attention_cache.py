@@ -57,7 +57,11 @@ def empty_cache(batch_size, max_length, num_heads, key_dim, value_dim, attention
         }
     slots = max_length
     if attention_window:
-        slots = min(attention_window, max_length) if isinstance(max_length, numbers.Integral) else attention_window
+        slots = (
+            min(attention_window, max_length)
+            if isinstance(max_length, numbers.Integral)
+            else attention_window
+        )
     return {
         "key": ops.zeros((batch_size, num_heads, slots, key_dim), dtype=dtype),
         "value": ops.zeros((batch_size, num_heads, slots, value_dim), dtype=dtype),
@@ -94,7 +98,9 @@ def write_step(cache, new_keys, new_values, start, query_length, attention_mask=
     key_buffer, value_buffer = buffers(cache)
     if growing:  # exactly the positions decoded so far, then the new ones
         keys = ops.concatenate([key_buffer, new_keys], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dk)
-        values = ops.concatenate([value_buffer, new_values], axis=CACHE_LENGTH_AXIS)  # (B, H, t + Q, Dv)
+        values = ops.concatenate(
+            [value_buffer, new_values], axis=CACHE_LENGTH_AXIS
+        )  # (B, H, t + Q, Dv)
         cache = dict(zip(GROWING_CACHE_KEYS, (keys, values)))
     else:
         keys = write_positions(key_buffer, new_keys, start)
@@ -144,14 +150,22 @@ def ring_step(cache, new_keys, new_values, start, query_length, attention_mask, 
     else:
         keys = ops.concatenate([cache["key"], new_keys], axis=2)  # (B, H, S + Q, Dk)
         values = ops.concatenate([cache["value"], new_values], axis=2)  # (B, H, S + Q, Dv)
-        key_positions = ops.concatenate([_ring_positions(slots, start - 1), query_positions])  # (S + Q,)
+        key_positions = ops.concatenate(
+            [_ring_positions(slots, start - 1), query_positions]
+        )  # (S + Q,)
         kept = _ring_positions(slots, start + query_length - 1)  # (S,) positions after the write
-        taken = ops.where(kept >= start, slots + kept - start, ops.arange(slots, dtype="int32"))  # into keys
+        taken = ops.where(
+            kept >= start, slots + kept - start, ops.arange(slots, dtype="int32")
+        )  # into keys
         new_cache = {"key": ops.take(keys, taken, axis=2), "value": ops.take(values, taken, axis=2)}
     mask = in_band(query_positions[:, None], key_positions[None, :], window, causal)  # (Q, K)
-    mask = ops.logical_and(mask, key_positions[None, :] >= 0)[None, :, :]  # (1, Q, K): written slots only
+    mask = ops.logical_and(mask, key_positions[None, :] >= 0)[
+        None, :, :
+    ]  # (1, Q, K): written slots only
     if attention_mask is not None:
-        absolute = ops.take(ops.cast(attention_mask, "bool"), ops.maximum(key_positions, 0), axis=2)  # (B|1, Q, K)
+        absolute = ops.take(
+            ops.cast(attention_mask, "bool"), ops.maximum(key_positions, 0), axis=2
+        )  # (B|1, Q, K)
         mask = ops.logical_and(mask, absolute)
     return keys, values, new_cache, mask
 
@@ -193,7 +207,9 @@ def write_positions(buffer, updates, start):
         indexing="ij",
     )  # 3 x (B, H, Q)
     indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))  # (B * H * Q, 3)
-    return ops.scatter_update(buffer, indices, ops.reshape(updates, (-1, shape[3])))  # rows (B * H * Q, D)
+    return ops.scatter_update(
+        buffer, indices, ops.reshape(updates, (-1, shape[3]))
+    )  # rows (B * H * Q, D)
 
 
 def _ring_positions(slots, last):
@@ -218,7 +234,9 @@ def group_queries(queries, memory_rows):
     """
     shape = ops.shape(queries)
     copies = shape[0] // memory_rows
-    grouped = ops.reshape(queries, (memory_rows, copies, shape[1], shape[2], shape[3]))  # (B, C, H, Q, Dk)
+    grouped = ops.reshape(
+        queries, (memory_rows, copies, shape[1], shape[2], shape[3])
+    )  # (B, C, H, Q, Dk)
     grouped = ops.transpose(grouped, (0, 2, 1, 3, 4))  # (B, H, C, Q, Dk)
     return ops.reshape(grouped, (memory_rows, shape[1], copies * shape[2], shape[3]))
 
@@ -227,6 +245,8 @@ def ungroup_outputs(outputs, rows, query_length):
     """Inverse of `group_queries`: `(B, H, C * Q, Dv)` -> `(N, H, Q, Dv)`."""
     shape = ops.shape(outputs)
     copies = rows // shape[0]
-    outputs = ops.reshape(outputs, (shape[0], shape[1], copies, query_length, shape[3]))  # (B, H, C, Q, Dv)
+    outputs = ops.reshape(
+        outputs, (shape[0], shape[1], copies, query_length, shape[3])
+    )  # (B, H, C, Q, Dv)
     outputs = ops.transpose(outputs, (0, 2, 1, 3, 4))  # (B, C, H, Q, Dv)
     return ops.reshape(outputs, (rows, shape[1], query_length, shape[3]))

@@ -95,7 +95,11 @@ class TransformerBlock(keras.layers.Layer):
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_layer_norm"
             )
             setattr(self, f"{name}_layer_norm", norm)
-            setattr(self, f"{name}_dropout", ReplicaDropout(dropout, dtype=self.dtype_policy, name=f"{name}_dropout"))
+            setattr(
+                self,
+                f"{name}_dropout",
+                ReplicaDropout(dropout, dtype=self.dtype_policy, name=f"{name}_dropout"),
+            )
 
     def _make_sublayer(self, name):
         if name == "feed_forward":
@@ -137,7 +141,12 @@ class TransformerBlock(keras.layers.Layer):
         )
 
     def _feed_forward(self, inputs, training):
-        return self._sublayer(inputs, "feed_forward", lambda x: (self.feed_forward(x, training=training), None), training)[0]
+        return self._sublayer(
+            inputs,
+            "feed_forward",
+            lambda x: (self.feed_forward(x, training=training), None),
+            training,
+        )[0]
 
     def get_config(self):
         config = super().get_config()

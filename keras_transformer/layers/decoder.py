@@ -123,11 +123,17 @@ class DecoderBlock(TransformerBlock):
     ):
         cached = cache is not None
         if cached and cache_index is None:
-            raise ValueError("DecoderBlock needs `cache_index` together with `cache`. Received: cache_index=None")
+            raise ValueError(
+                "DecoderBlock needs `cache_index` together with `cache`. Received: cache_index=None"
+            )
         if not cached and encoder_sequence is None:
-            raise ValueError("DecoderBlock needs `encoder_sequence` unless a cache is given. Received: encoder_sequence=None")
+            raise ValueError(
+                "DecoderBlock needs `encoder_sequence` unless a cache is given. Received: encoder_sequence=None"
+            )
         if cached and (decoder_packing is not None or encoder_packing is not None):
-            raise ValueError("DecoderBlock's packings are not available in cached mode. Received: a cache")
+            raise ValueError(
+                "DecoderBlock's packings are not available in cached mode. Received: a cache"
+            )
         if decoder_packing is not None:
             decoder_padding_mask = decoder_packing[1]
         elif decoder_padding_mask is None and not cached:
@@ -182,7 +188,9 @@ class DecoderBlock(TransformerBlock):
             return result if return_attention_scores else (result, None)
 
         # Each sub-layer's extra result is its cache in cached mode, else its scores (or None).
-        hidden, self_extra = self._sublayer(decoder_sequence, "self_attention", self_attention, training)
+        hidden, self_extra = self._sublayer(
+            decoder_sequence, "self_attention", self_attention, training
+        )
         hidden, cross_extra = self._sublayer(hidden, "cross_attention", cross_attention, training)
         outputs = self._feed_forward(hidden, training)  # (B, T, D)
         if cached or return_attention_scores:
@@ -193,19 +201,32 @@ class DecoderBlock(TransformerBlock):
         return decoder_sequence_shape
 
     def compute_output_spec(
-        self, decoder_sequence, encoder_sequence=None, cache=None, return_attention_scores=False, **kwargs
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        cache=None,
+        return_attention_scores=False,
+        **kwargs,
     ):
         # Symbolic calls return the same structure as eager ones: (outputs, cache) in
         # cached mode, (outputs, {"self", "cross"} scores) with return_attention_scores.
-        outputs = keras.KerasTensor(self.compute_output_shape(decoder_sequence.shape), dtype=self.compute_dtype)
+        outputs = keras.KerasTensor(
+            self.compute_output_shape(decoder_sequence.shape), dtype=self.compute_dtype
+        )
         if cache is not None:
-            return outputs, keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache)
+            return outputs, keras.tree.map_structure(
+                lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), cache
+            )
         if return_attention_scores:
             batch_size, target_length = decoder_sequence.shape[0], decoder_sequence.shape[1]
             source_length = encoder_sequence.shape[1]
             scores = {
-                "self": keras.KerasTensor((batch_size, self.num_heads, target_length, target_length), dtype="float32"),
-                "cross": keras.KerasTensor((batch_size, self.num_heads, target_length, source_length), dtype="float32"),
+                "self": keras.KerasTensor(
+                    (batch_size, self.num_heads, target_length, target_length), dtype="float32"
+                ),
+                "cross": keras.KerasTensor(
+                    (batch_size, self.num_heads, target_length, source_length), dtype="float32"
+                ),
             }
             return outputs, scores
         return outputs

@@ -59,7 +59,9 @@ def dropout_mask_16(shape, rate, seed):
     import tensorflow as tf
 
     size = tf.reduce_prod(shape)
-    bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
+    bits = tf.random.stateless_uniform(
+        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
+    )
     draws = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]  # two 16-bit draws per 32 bits
     return tf.reshape(draws >= tf.constant(drop_threshold(rate), tf.uint16), shape)
 
@@ -69,8 +71,12 @@ def _tensorflow_dropout(inputs, rate, noise_shape, seed):
 
     shape = tf.shape(inputs)
     if noise_shape is not None:
-        shape = tf.stack([shape[axis] if size is None else size for axis, size in enumerate(noise_shape)])
-    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # int32 seeds compile with XLA
+        shape = tf.stack(
+            [shape[axis] if size is None else size for axis, size in enumerate(noise_shape)]
+        )
+    seed = tf.cast(
+        tf.math.floormod(seed, tf.int32.max - 1), tf.int32
+    )  # int32 seeds compile with XLA
     keep = dropout_mask_16(shape, rate, seed)
     scale = tf.cast(1.0 / (1.0 - rate), inputs.dtype)
     return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
@@ -123,8 +129,12 @@ class ReplicaDropout(keras.layers.Layer):
     def call(self, inputs, training=False):
         if training and self.rate > 0:
             if keras.backend.backend() == "tensorflow":
-                return _tensorflow_dropout(inputs, self.rate, self.noise_shape, self.seed_generator.next())
-            return keras.random.dropout(inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator)
+                return _tensorflow_dropout(
+                    inputs, self.rate, self.noise_shape, self.seed_generator.next()
+                )
+            return keras.random.dropout(
+                inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator
+            )
         return inputs
 
     def get_config(self):

@@ -88,14 +88,22 @@ class SharedEmbedding(keras.layers.Layer):
     def build(self, input_shape=None):
         shape = (self.vocabulary_size, self.embedding_dim)
         if self.quantization_mode:  # e.g. rebuilt from the config of a quantized layer
-            self.quantized_build(shape, mode=self.quantization_mode, config=self.quantization_config)
+            self.quantized_build(
+                shape, mode=self.quantization_mode, config=self.quantization_config
+            )
         else:
-            self.embeddings = self.add_weight(name="embeddings", shape=shape, initializer=self.embeddings_initializer)
+            self.embeddings = self.add_weight(
+                name="embeddings", shape=shape, initializer=self.embeddings_initializer
+            )
         self.built = True
 
     def call(self, inputs, reverse=False, output_ids=None):
         if reverse:
-            kernel = self.embeddings if output_ids is None else ops.take(self.embeddings, output_ids, axis=0)
+            kernel = (
+                self.embeddings
+                if output_ids is None
+                else ops.take(self.embeddings, output_ids, axis=0)
+            )
             kernel = ops.cast(kernel, self.compute_dtype)
             logits = ops.matmul(inputs, ops.transpose(kernel))  # (B, T, V)
             return ops.cast(logits, "float32")
@@ -121,7 +129,9 @@ class SharedEmbedding(keras.layers.Layer):
                 "scale": self.scale,
                 "mask_zero": self.mask_zero,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
+                "quantization_config": keras.saving.serialize_keras_object(
+                    self.quantization_config
+                ),
             }
         )
         return config
@@ -129,17 +139,24 @@ class SharedEmbedding(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        config["quantization_config"] = keras.saving.deserialize_keras_object(
+            config.get("quantization_config")
+        )
         return super().from_config(config)
 
     def compute_output_shape(self, input_shape, reverse=False, output_ids_shape=None):
         if reverse:
-            return tuple(input_shape[:-1]) + ((self.vocabulary_size,) if output_ids_shape is None else tuple(output_ids_shape))
+            return tuple(input_shape[:-1]) + (
+                (self.vocabulary_size,) if output_ids_shape is None else tuple(output_ids_shape)
+            )
         return tuple(input_shape) + (self.embedding_dim,)
 
     def compute_output_spec(self, inputs, reverse=False, output_ids=None):
-        shape = self.compute_output_shape(inputs.shape, reverse=reverse,
-                                          output_ids_shape=None if output_ids is None else output_ids.shape)
+        shape = self.compute_output_shape(
+            inputs.shape,
+            reverse=reverse,
+            output_ids_shape=None if output_ids is None else output_ids.shape,
+        )
         dtype = "float32" if reverse else self.compute_dtype
         return keras.KerasTensor(shape, dtype=dtype)
 
@@ -151,7 +168,9 @@ class SharedEmbedding(keras.layers.Layer):
         if mode not in quantization.MODES:
             raise self._quantization_mode_error(mode)
         self.quantization_config = config
-        values, scale = quantization.quantize_kernel(self.embeddings, (1,), config)  # a scale per token
+        values, scale = quantization.quantize_kernel(
+            self.embeddings, (1,), config
+        )  # a scale per token
         shape = tuple(self.embeddings.shape)
         del self.embeddings  # untracks the float variable
         self.quantized_build(shape, mode, config)
@@ -168,7 +187,11 @@ class SharedEmbedding(keras.layers.Layer):
     def _int8_build(self, embeddings_shape, config=None):
         self.inputs_quantizer = quantization.inputs_quantizer(config)
         self.embeddings = self.add_weight(
-            name="embeddings", shape=embeddings_shape, initializer="zeros", dtype="int8", trainable=False
+            name="embeddings",
+            shape=embeddings_shape,
+            initializer="zeros",
+            dtype="int8",
+            trainable=False,
         )
         self.embeddings_scale = self.add_weight(
             name="embeddings_scale", shape=embeddings_shape[:1], initializer="ones", trainable=False
@@ -178,14 +201,19 @@ class SharedEmbedding(keras.layers.Layer):
         if reverse:  # the scale of token v divides logit v
             kernel, scale = self.embeddings, self.embeddings_scale
             if output_ids is not None:
-                kernel, scale = ops.take(kernel, output_ids, axis=0), ops.take(scale, output_ids, axis=0)
+                kernel, scale = (
+                    ops.take(kernel, output_ids, axis=0),
+                    ops.take(scale, output_ids, axis=0),
+                )
             return quantization.quantized_matmul(
                 inputs, ops.transpose(kernel), scale, self.inputs_quantizer, "float32"
             )  # (B, T, V|V')
         ids = ops.cast(inputs, "int32")
         rows = ops.cast(ops.take(self.embeddings, ids, axis=0), "float32")  # (B, T, D)
         scale = ops.cast(ops.take(self.embeddings_scale, ids, axis=0), "float32")  # (B, T)
-        return self._scaled(ops.cast(ops.divide(rows, ops.expand_dims(scale, -1)), self.compute_dtype))
+        return self._scaled(
+            ops.cast(ops.divide(rows, ops.expand_dims(scale, -1)), self.compute_dtype)
+        )
 
     def _quantization_mode_error(self, mode):
         return quantization.mode_error(mode)

@@ -113,9 +113,12 @@ class EncoderBlock(TransformerBlock):
 
     def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
         # Symbolic calls return (outputs, scores) with return_attention_scores, as eager ones do.
-        outputs = keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype=self.compute_dtype)
+        outputs = keras.KerasTensor(
+            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+        )
         if return_attention_scores:
             batch_size, length = inputs.shape[0], inputs.shape[1]
-            return outputs, keras.KerasTensor((batch_size, self.num_heads, length, length), dtype="float32")
+            return outputs, keras.KerasTensor(
+                (batch_size, self.num_heads, length, length), dtype="float32"
+            )
         return outputs
-

@@ -81,14 +81,19 @@ class PositionwiseFeedForward(keras.layers.Layer):
             name="intermediate_dense",
             **dense_kwargs,
         )
-        self.intermediate_dropout = ReplicaDropout(dropout, dtype=self.dtype_policy, name="intermediate_dropout")
+        self.intermediate_dropout = ReplicaDropout(
+            dropout, dtype=self.dtype_policy, name="intermediate_dropout"
+        )
         self._dense_kwargs = dense_kwargs
 
     def build(self, input_shape):
         self.intermediate_dense.build(input_shape)
         self.intermediate_dropout.build(None)
         self.output_dense = keras.layers.Dense(
-            input_shape[-1], quantization_config=self.quantization_config, name="output_dense", **self._dense_kwargs
+            input_shape[-1],
+            quantization_config=self.quantization_config,
+            name="output_dense",
+            **self._dense_kwargs,
         )
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
         self.built = True
@@ -108,7 +113,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "quantization_config": keras.saving.serialize_keras_object(self.quantization_config),
+                "quantization_config": keras.saving.serialize_keras_object(
+                    self.quantization_config
+                ),
             }
         )
         return config
@@ -116,7 +123,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        config["quantization_config"] = keras.saving.deserialize_keras_object(
+            config.get("quantization_config")
+        )
         return super().from_config(config)
 
     def compute_output_shape(self, input_shape):

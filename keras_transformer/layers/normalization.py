@@ -47,9 +47,19 @@ class LayerNormalization(keras.layers.LayerNormalization):
 
     def call(self, inputs):
         last = len(inputs.shape) - 1
-        if self.rms_scaling or self.gamma is None or self.beta is None or list(self.axis) not in ([-1], [last]):
+        if (
+            self.rms_scaling
+            or self.gamma is None
+            or self.beta is None
+            or list(self.axis) not in ([-1], [last])
+        ):
             return super().call(inputs)
-        outputs = layer_norm(inputs, ops.convert_to_tensor(self.gamma), ops.convert_to_tensor(self.beta), self.epsilon)
+        outputs = layer_norm(
+            inputs,
+            ops.convert_to_tensor(self.gamma),
+            ops.convert_to_tensor(self.beta),
+            self.epsilon,
+        )
         return ops.cast(outputs, self.compute_dtype)
 
 
@@ -62,7 +72,9 @@ def layer_norm(inputs, gamma, beta, epsilon):
     def normalize(inputs, gamma, beta):
         values = ops.cast(inputs, "float32")
         centered = values - ops.mean(values, axis=-1, keepdims=True)
-        inverse = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)  # (..., 1)
+        inverse = ops.rsqrt(
+            ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon
+        )  # (..., 1)
         normalized = centered * inverse  # x̂
         outputs = ops.cast(normalized * gamma + beta, dtype)
         scope = gradient_scope()
@@ -80,7 +92,9 @@ def layer_norm(inputs, gamma, beta, epsilon):
             scaled = rows * ops.reshape(normalized, (-1, width))  # dy * x̂
             column = ops.reshape(gamma, (width, 1)) / width
             mean_g = ops.reshape(ops.matmul(rows, column), ops.shape(inverse))  # mean(dy * gamma)
-            mean_gx = ops.reshape(ops.matmul(scaled, column), ops.shape(inverse))  # mean(dy * gamma * x̂)
+            mean_gx = ops.reshape(
+                ops.matmul(scaled, column), ops.shape(inverse)
+            )  # mean(dy * gamma * x̂)
             grads = (upstream * gamma - mean_g - normalized * mean_gx) * inverse
             return ops.cast(grads, dtype), ops.sum(scaled, axis=0), ops.sum(rows, axis=0)
 

@@ -67,7 +67,9 @@ def pack(sequence, packing):
 
         def gradient(*args, upstream=None):  # PyTorch passes the upstream gradient by keyword
             with scope():
-                return _rows_at(args[0] if upstream is None else upstream, _slots(positions, ops.shape(rows)[0]))
+                return _rows_at(
+                    args[0] if upstream is None else upstream, _slots(positions, ops.shape(rows)[0])
+                )
 
         return ops.take(rows, positions, axis=0), gradient
 
@@ -125,8 +127,14 @@ def unpack_heads(rows, packing, heads):
         def gradient(*args, upstream=None):
             with scope():
                 upstream = args[0] if upstream is None else upstream
-                return ops.reshape(ops.take(ops.reshape(upstream, (-1, depth)), _head_rows(positions, length, heads),
-                                            axis=0), (-1, heads * depth))
+                return ops.reshape(
+                    ops.take(
+                        ops.reshape(upstream, (-1, depth)),
+                        _head_rows(positions, length, heads),
+                        axis=0,
+                    ),
+                    (-1, heads * depth),
+                )
 
         return _rows_at(ops.reshape(rows, (-1, depth)), slots), gradient
 
@@ -144,8 +152,12 @@ def pack_heads(sequence, packing):
     [[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]]
     """
     positions, _ = packing
-    batch, heads, length, depth = (ops.shape(sequence)[0], sequence.shape[1], ops.shape(sequence)[2],
-                                   sequence.shape[3])
+    batch, heads, length, depth = (
+        ops.shape(sequence)[0],
+        sequence.shape[1],
+        ops.shape(sequence)[2],
+        sequence.shape[3],
+    )
 
     @ops.custom_gradient
     def pack_rows(sequence):
@@ -158,7 +170,9 @@ def pack_heads(sequence, packing):
                 unpacked = _rows_at(ops.reshape(upstream, (-1, depth)), slots)
                 return ops.reshape(unpacked, (batch, heads, length, depth))
 
-        rows = ops.take(ops.reshape(sequence, (-1, depth)), _head_rows(positions, length, heads), axis=0)
+        rows = ops.take(
+            ops.reshape(sequence, (-1, depth)), _head_rows(positions, length, heads), axis=0
+        )
         return ops.reshape(rows, (-1, heads * depth)), gradient
 
     return pack_rows(sequence)
@@ -176,7 +190,9 @@ def _head_slots(positions, batch, length, heads):
     """int32 `(B * H * T,)`: for each `(b, h, t)`, the row `n * H + h` of a `(N * H, K)` view
     of the packed rows, or `N * H` (past the last) at the padding."""
     count = ops.shape(positions)[0]
-    slots = ops.reshape(_slots(positions, batch * length), (batch, 1, length))  # n, or N at the padding
+    slots = ops.reshape(
+        _slots(positions, batch * length), (batch, 1, length)
+    )  # n, or N at the padding
     head = ops.arange(heads, dtype="int32")[None, :, None]
     return ops.reshape(ops.where(slots == count, count * heads, slots * heads + head), (-1,))
 
@@ -190,7 +206,9 @@ def _slots(positions, size):
     """int32 `(size,)`: each flat position's row among the packing's N, N where it has none."""
     count = ops.shape(positions)[0]
     slots = ops.full((size,), count, dtype="int32")
-    return ops.scatter_update(slots, ops.expand_dims(positions, -1), ops.arange(count, dtype="int32"))
+    return ops.scatter_update(
+        slots, ops.expand_dims(positions, -1), ops.arange(count, dtype="int32")
+    )
 
 
 def _rows_at(rows, slots):

@@ -55,7 +55,9 @@ class PositionalEncoding(keras.layers.Layer):
     def __init__(self, max_wavelength=10000.0, **kwargs):
         super().__init__(**kwargs)
         if not max_wavelength > 0:
-            raise ValueError(f"max_wavelength must be positive. Received: max_wavelength={max_wavelength!r}")
+            raise ValueError(
+                f"max_wavelength must be positive. Received: max_wavelength={max_wavelength!r}"
+            )
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.built = True
@@ -69,14 +71,20 @@ class PositionalEncoding(keras.layers.Layer):
             return ops.broadcast_to(ops.cast(encoding, inputs.dtype), shape)  # (B, T, D)
         # Half the features for the token's position, half for its word's (same formula, D / 2 wide).
         half = depth // 2
-        token_part = ops.broadcast_to(self._encode(positions, half), (shape[0], length, half))  # (B, T, D / 2)
+        token_part = ops.broadcast_to(
+            self._encode(positions, half), (shape[0], length, half)
+        )  # (B, T, D / 2)
         word_part = self._encode(ops.cast(word_positions, "float32"), half)  # (B, T, D / 2)
-        return ops.cast(ops.concatenate([token_part, word_part], axis=-1), inputs.dtype)  # (B, T, D)
+        return ops.cast(
+            ops.concatenate([token_part, word_part], axis=-1), inputs.dtype
+        )  # (B, T, D)
 
     def _encode(self, positions, depth):
         """`(..., depth)` sinusoids of float `positions` of any shape."""
         features = ops.arange(depth)  # (D,)
-        exponents = ops.cast(features - features % 2, "float32") / ops.cast(depth, "float32")  # 2i / D
+        exponents = ops.cast(features - features % 2, "float32") / ops.cast(
+            depth, "float32"
+        )  # 2i / D
         inverse_frequencies = ops.exp(-math.log(self.max_wavelength) * exponents)  # (D,)
         angles = positions[..., None] * inverse_frequencies  # (..., D)
         return ops.where(features % 2 == 0, ops.sin(angles), ops.cos(angles))
@@ -195,26 +203,37 @@ class WordIndex(keras.layers.Layer):
         check_positive_int("vocabulary_size", vocabulary_size)
         self.vocabulary_size = vocabulary_size
         self.kinds = self.add_weight(
-            name="piece_kinds", shape=(vocabulary_size,), dtype="int32", initializer="zeros", trainable=False
+            name="piece_kinds",
+            shape=(vocabulary_size,),
+            dtype="int32",
+            initializer="zeros",
+            trainable=False,
         )
         self.built = True
 
     def set_kinds(self, kinds):
         """Set the table: `(V,)` ints, each `OTHER`, `WORD_START` or `TAG`."""
         kinds = np.asarray(kinds, dtype="int32")
-        if kinds.shape != (self.vocabulary_size,) or not ((kinds >= self.OTHER) & (kinds <= self.TAG)).all():
+        if (
+            kinds.shape != (self.vocabulary_size,)
+            or not ((kinds >= self.OTHER) & (kinds <= self.TAG)).all()
+        ):
             raise ValueError(
                 f"kinds must be {self.vocabulary_size} values in (0, 1, 2). Received shape {kinds.shape}"
             )
         self.kinds.assign(kinds)
 
     def source(self, token_ids):
-        kinds = ops.take(ops.convert_to_tensor(self.kinds), ops.cast(token_ids, "int32"), axis=0)  # (B, S)
+        kinds = ops.take(
+            ops.convert_to_tensor(self.kinds), ops.cast(token_ids, "int32"), axis=0
+        )  # (B, S)
         starts = ops.cast(ops.greater_equal(kinds, self.WORD_START), "int32")
         return ops.maximum(ops.cumsum(starts, axis=-1) - 1, 0)
 
     def target(self, token_ids):
-        kinds = ops.take(ops.convert_to_tensor(self.kinds), ops.cast(token_ids, "int32"), axis=0)  # (B, T)
+        kinds = ops.take(
+            ops.convert_to_tensor(self.kinds), ops.cast(token_ids, "int32"), axis=0
+        )  # (B, T)
         return ops.cumsum(ops.cast(ops.equal(kinds, self.TAG), "int32"), axis=-1)
 
     def call(self, token_ids):

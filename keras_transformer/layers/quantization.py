@@ -30,7 +30,9 @@ MODES = ("int8",)
 
 def mode_error(mode):
     """Keras' error for a quantization mode a layer does not support (`Layer._quantization_mode_error`)."""
-    return NotImplementedError(f"Invalid quantization mode. Expected one of {MODES}. Received: quantization_mode={mode}")
+    return NotImplementedError(
+        f"Invalid quantization mode. Expected one of {MODES}. Received: quantization_mode={mode}"
+    )
 
 
 def quantize_kernel(kernel, reduced_axes, config=None):
@@ -85,7 +87,9 @@ def quantized_matmul(inputs, kernel, kernel_scale, quantizer, dtype):
             if upstream is None:
                 (upstream,) = args
             float_kernel = ops.divide(ops.cast(kernel, "float32"), kernel_scale)  # (K, N)
-            inputs_grad = ops.matmul(ops.cast(upstream, "float32"), ops.transpose(float_kernel))  # (..., K)
+            inputs_grad = ops.matmul(
+                ops.cast(upstream, "float32"), ops.transpose(float_kernel)
+            )  # (..., K)
             return ops.cast(inputs_grad, inputs.dtype), None, None
 
         scale = kernel_scale

@@ -23,7 +23,9 @@ def in_xla_context():
     if keras.backend.backend() != "tensorflow":
         return False
     import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util  # TensorFlow internals: is this graph compiled by XLA?
+    from tensorflow.python.ops import (
+        control_flow_util,
+    )  # TensorFlow internals: is this graph compiled by XLA?
 
     if tf.executing_eagerly():
         return False
@@ -56,4 +58,6 @@ def gradient_scope():
     import tensorflow as tf
 
     scope = tf.get_current_name_scope()
-    return lambda: tf.name_scope(f"{scope}/gradient/" if scope else "gradient/")  # a trailing "/": absolute
+    return lambda: tf.name_scope(
+        f"{scope}/gradient/" if scope else "gradient/"
+    )  # a trailing "/": absolute

@@ -33,7 +33,9 @@ def band_mask(query_length, key_length, window, causal, offset=0):
     Returns:
         bool `(1, Q, K)`.
     """
-    query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")  # (Q, 1)
+    query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(
+        offset, "int32"
+    )  # (Q, 1)
     key_positions = ops.arange(key_length, dtype="int32")[None, :]  # (1, K)
     return in_band(query_positions, key_positions, window, causal)[None, :, :]  # (1, Q, K)
 
@@ -46,13 +48,17 @@ def _blocks_around(sequence, window, before, after):
     """
     shape = ops.shape(sequence)
     blocks = -(-shape[2] // window)
-    padded = ops.pad(sequence, [[0, 0], [0, 0], [before * window, (blocks + after) * window - shape[2]], [0, 0]])
+    padded = ops.pad(
+        sequence, [[0, 0], [0, 0], [before * window, (blocks + after) * window - shape[2]], [0, 0]]
+    )
     padded = ops.reshape(padded, (shape[0], shape[1], blocks + before + after, window, shape[3]))
     parts = [padded[:, :, offset : offset + blocks] for offset in range(before + 1 + after)]
     return ops.reshape(ops.concatenate(parts, axis=3), (shape[0], shape[1], blocks, -1, shape[3]))
 
 
-def windowed_attention(query, key, value, window, causal=False, key_padding_mask=None, dropout=None):
+def windowed_attention(
+    query, key, value, window, causal=False, key_padding_mask=None, dropout=None
+):
     """Self-attention restricted to a neighbourhood of `window` positions (paper Table 1).
 
     Computes only the scores inside the band (see `band_mask`): the sequence is cut into
@@ -75,20 +81,28 @@ def windowed_attention(query, key, value, window, causal=False, key_padding_mask
     after = 0 if causal else 1
     blocks = -(-length // window)
     queries = ops.pad(query, [[0, 0], [0, 0], [0, blocks * window - length], [0, 0]])
-    queries = ops.reshape(queries, (ops.shape(query)[0], ops.shape(query)[1], blocks, window, ops.shape(query)[3]))
+    queries = ops.reshape(
+        queries, (ops.shape(query)[0], ops.shape(query)[1], blocks, window, ops.shape(query)[3])
+    )
     keys = _blocks_around(key, window, 1, after)  # (B, H, nb, C, Dk), C = (2 + after) * window
     values = _blocks_around(value, window, 1, after)  # (B, H, nb, C, Dv)
     # Positions: query p = i * window + q; key j = (i - 1) * window + c.
-    query_positions = ops.reshape(ops.arange(blocks * window, dtype="int32"), (blocks, window, 1))  # (nb, W, 1)
-    key_positions = ops.arange((2 + after) * window, dtype="int32")[None, :] + (
-        ops.arange(blocks, dtype="int32")[:, None] - 1) * window
+    query_positions = ops.reshape(
+        ops.arange(blocks * window, dtype="int32"), (blocks, window, 1)
+    )  # (nb, W, 1)
+    key_positions = (
+        ops.arange((2 + after) * window, dtype="int32")[None, :]
+        + (ops.arange(blocks, dtype="int32")[:, None] - 1) * window
+    )
     key_positions = key_positions[:, None, :]  # (nb, 1, C)
     mask = in_band(query_positions, key_positions, window, causal)  # (nb, W, C)
     mask = ops.logical_and(mask, ops.logical_and(key_positions >= 0, key_positions < length))
     mask = mask[None, None]  # (1, 1, nb, W, C)
     if key_padding_mask is not None:
         padding = ops.cast(key_padding_mask, "bool")[:, None, :, None]  # (B, 1, N, 1)
-        padding = _blocks_around(ops.cast(padding, "int32"), window, 1, after)[..., 0]  # (B, 1, nb, C)
+        padding = _blocks_around(ops.cast(padding, "int32"), window, 1, after)[
+            ..., 0
+        ]  # (B, 1, nb, C)
         mask = ops.logical_and(mask, ops.cast(padding, "bool")[:, :, :, None, :])
     weights = attention_weights(queries, keys, mask)  # (B, H, nb, W, C) float32
     if dropout is not None:

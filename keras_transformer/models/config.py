@@ -24,7 +24,9 @@ def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_r
     """Raises ValueError (naming the argument `name`) unless `decay` is known and, for the
     decays that end at `train_steps`, `train_steps > warmup_steps`."""
     if decay not in LEARNING_RATE_DECAYS:
-        raise ValueError(f"{name} must be one of {LEARNING_RATE_DECAYS}. Received: {name}={decay!r}")
+        raise ValueError(
+            f"{name} must be one of {LEARNING_RATE_DECAYS}. Received: {name}={decay!r}"
+        )
     if decay != "rsqrt" and (train_steps is None or train_steps <= warmup_steps):
         raise ValueError(
             f"{name}={decay!r} needs train_steps > warmup_steps. "
@@ -161,7 +163,9 @@ class TransformerConfig:
         if self.word_window is not None:
             check_non_negative_int("word_window", self.word_window)
             if not self.word_positions:
-                raise ValueError(f"word_window needs word_positions=True. Received: word_window={self.word_window}")
+                raise ValueError(
+                    f"word_window needs word_positions=True. Received: word_window={self.word_window}"
+                )
         if self.key_dim is None and self.hidden_dim % self.num_heads:
             raise ValueError(
                 "num_heads must divide hidden_dim (d_model) when key_dim is not given. "
@@ -174,17 +178,23 @@ class TransformerConfig:
                 f"tokenizer_type must be one of {TOKENIZER_TYPES}. Received: tokenizer_type={self.tokenizer_type!r}"
             )
         if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}")
+            raise ValueError(
+                f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}"
+            )
         if self.word_positions and (self.positional != "sinusoidal" or self.hidden_dim % 4):
             raise ValueError(
                 "word_positions needs sinusoidal positions and a hidden_dim divisible by 4 (two sinusoid halves). "
                 f"Received: positional={self.positional!r}, hidden_dim={self.hidden_dim}"
             )
         if not self.layer_norm_epsilon > 0:
-            raise ValueError(f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}")
+            raise ValueError(
+                f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}"
+            )
         check_learning_rate_decay(self.learning_rate_decay, self.warmup_steps, self.train_steps)
         if not self.learning_rate_scale > 0:
-            raise ValueError(f"learning_rate_scale must be positive. Received: learning_rate_scale={self.learning_rate_scale!r}")
+            raise ValueError(
+                f"learning_rate_scale must be positive. Received: learning_rate_scale={self.learning_rate_scale!r}"
+            )
         check_non_negative_number("length_penalty", self.length_penalty)
         check_non_negative_int("max_output_offset", self.max_output_offset)
 
@@ -206,7 +216,9 @@ class TransformerConfig:
         """A copy with `changes` applied (and validated). Unknown field names raise ValueError."""
         unknown = sorted(set(changes) - {field.name for field in dataclasses.fields(self)})
         if unknown:
-            raise ValueError(f"Unknown config field(s) {unknown}. Valid fields: {sorted(self.to_dict())}")
+            raise ValueError(
+                f"Unknown config field(s) {unknown}. Valid fields: {sorted(self.to_dict())}"
+            )
         return dataclasses.replace(self, **changes)
 
     def to_dict(self):
@@ -234,7 +246,14 @@ PRESETS = {
     "base": ("Transformer (base), Table 3 first row: ~65M parameters", {}),
     "big": (
         "Transformer (big): d_model 1024, d_ff 4096, 16 heads, P_drop 0.3, ~213M parameters",
-        dict(hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3, train_steps=300000, average_checkpoints=20),
+        dict(
+            hidden_dim=1024,
+            intermediate_dim=4096,
+            num_heads=16,
+            dropout=0.3,
+            train_steps=300000,
+            average_checkpoints=20,
+        ),
     ),
     "table3_a_h1": ("Table 3 (A): h=1, d_k=d_v=512", dict(num_heads=1)),
     "table3_a_h4": ("Table 3 (A): h=4, d_k=d_v=128", dict(num_heads=4)),
@@ -253,7 +272,10 @@ PRESETS = {
     "table3_d_drop02": ("Table 3 (D): P_drop=0.2", dict(dropout=0.2)),
     "table3_d_ls0": ("Table 3 (D): epsilon_ls=0.0", dict(label_smoothing=0.0)),
     "table3_d_ls02": ("Table 3 (D): epsilon_ls=0.2", dict(label_smoothing=0.2)),
-    "table3_e_learned": ("Table 3 (E): learned positional embedding instead of sinusoids", dict(positional="learned")),
+    "table3_e_learned": (
+        "Table 3 (E): learned positional embedding instead of sinusoids",
+        dict(positional="learned"),
+    ),
     "tiny": (
         "CPU preset: 4+4 layers, d_model 128, d_ff 256, 4 heads; a short schedule (600 steps, "
         "peak learning rate ~2.2e-3) that learns the embedded task in minutes",
@@ -262,22 +284,46 @@ PRESETS = {
     "multi30k": (
         "Multi30k recipe for a 2-core CPU (docs/results.md): the tiny architecture (Wu et al. 2021's "
         "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
-        dict(**_TINY_ARCHITECTURE, dropout=0.2, warmup_steps=800, learning_rate_scale=1.0, train_steps=3000),
+        dict(
+            **_TINY_ARCHITECTURE,
+            dropout=0.2,
+            warmup_steps=800,
+            learning_rate_scale=1.0,
+            train_steps=3000,
+        ),
     ),
     "ptb_sample": (
         "Parsing recipe for the Penn Treebank sample on a 2-core CPU (docs/parsing.md): the tiny "
         "architecture with a 2,000-piece vocabulary and word positions (encoder-decoder attention on the "
         "current word only), P_drop 0.1, 3,200 updates at 0.3x the Noam rate decaying linearly, sequences up "
         "to 256; the WSJ search settings (beam 21, alpha 0.3, output up to input + 300)",
-        dict(**{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256}, dropout=0.1, warmup_steps=320,
-             learning_rate_scale=0.3, learning_rate_decay="linear", train_steps=3200, word_positions=True,
-             word_window=0, beam_size=21, length_penalty=0.3, max_output_offset=300),
+        dict(
+            **{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256},
+            dropout=0.1,
+            warmup_steps=320,
+            learning_rate_scale=0.3,
+            learning_rate_decay="linear",
+            train_steps=3200,
+            word_positions=True,
+            word_window=0,
+            beam_size=21,
+            length_penalty=0.3,
+            max_output_offset=300,
+        ),
     ),
     "ptb_wsj": (
         "Table 4, WSJ only: 4 + 4 layers, d_model 1024 (the base model's other settings), a 16K vocabulary; "
         "beam 21, alpha 0.3, output up to input + 300",
-        dict(vocabulary_size=16000, num_encoder_layers=4, num_decoder_layers=4, hidden_dim=1024, max_length=1024,
-             beam_size=21, length_penalty=0.3, max_output_offset=300),
+        dict(
+            vocabulary_size=16000,
+            num_encoder_layers=4,
+            num_decoder_layers=4,
+            hidden_dim=1024,
+            max_length=1024,
+            beam_size=21,
+            length_penalty=0.3,
+            max_output_offset=300,
+        ),
     ),
     "small": (
         "CPU preset: 3+3 layers, d_model 256, d_ff 1024, 4 heads",

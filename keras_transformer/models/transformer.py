@@ -78,23 +78,38 @@ class Transformer(keras.Model):
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         self.config = config
-        policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+        policy = (
+            keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+        )
         # --- layers ---
-        source_embedding = SharedEmbedding(config.vocabulary_size, config.hidden_dim, dtype=policy, name="token_embedding")
+        source_embedding = SharedEmbedding(
+            config.vocabulary_size, config.hidden_dim, dtype=policy, name="token_embedding"
+        )
         if config.share_embeddings:
             target_embedding = source_embedding
         else:
             target_embedding = SharedEmbedding(
-                config.vocabulary_size, config.hidden_dim, dtype=policy, name="target_token_embedding"
+                config.vocabulary_size,
+                config.hidden_dim,
+                dtype=policy,
+                name="target_token_embedding",
             )
         if config.positional == "learned":
-            source_position = PositionEmbedding(config.max_length, dtype=policy, name="source_position_embedding")
-            target_position = PositionEmbedding(config.max_length, dtype=policy, name="target_position_embedding")
+            source_position = PositionEmbedding(
+                config.max_length, dtype=policy, name="source_position_embedding"
+            )
+            target_position = PositionEmbedding(
+                config.max_length, dtype=policy, name="target_position_embedding"
+            )
         else:
-            source_position = target_position = PositionalEncoding(dtype=policy, name="positional_encoding")
+            source_position = target_position = PositionalEncoding(
+                dtype=policy, name="positional_encoding"
+            )
         # With `word_positions`, the table of which pieces start words and which are tags
         # (set from the tokenizer: `set_word_kinds`).
-        word_index = WordIndex(config.vocabulary_size, name="word_index") if config.word_positions else None
+        word_index = (
+            WordIndex(config.vocabulary_size, name="word_index") if config.word_positions else None
+        )
         block_kwargs = dict(
             num_heads=config.num_heads,
             intermediate_dim=config.intermediate_dim,
@@ -109,8 +124,14 @@ class Transformer(keras.Model):
             normalize_first=config.normalize_first,
             dtype=policy,
         )
-        encoder_layers = [EncoderBlock(name=f"encoder_layer_{i}", **block_kwargs) for i in range(config.num_encoder_layers)]
-        decoder_layers = [DecoderBlock(name=f"decoder_layer_{i}", **block_kwargs) for i in range(config.num_decoder_layers)]
+        encoder_layers = [
+            EncoderBlock(name=f"encoder_layer_{i}", **block_kwargs)
+            for i in range(config.num_encoder_layers)
+        ]
+        decoder_layers = [
+            DecoderBlock(name=f"decoder_layer_{i}", **block_kwargs)
+            for i in range(config.num_decoder_layers)
+        ]
         final_norms = {}
         if config.normalize_first:
             for side in ("encoder", "decoder"):
@@ -119,9 +140,15 @@ class Transformer(keras.Model):
                 )
         output_projection = None
         if not config.tie_output:
-            output_projection = keras.layers.Dense(config.vocabulary_size, dtype=policy, name="output_projection")
-        source_dropout = ReplicaDropout(config.dropout, dtype=policy, name="source_embedding_dropout")
-        target_dropout = ReplicaDropout(config.dropout, dtype=policy, name="target_embedding_dropout")
+            output_projection = keras.layers.Dense(
+                config.vocabulary_size, dtype=policy, name="output_projection"
+            )
+        source_dropout = ReplicaDropout(
+            config.dropout, dtype=policy, name="source_embedding_dropout"
+        )
+        target_dropout = ReplicaDropout(
+            config.dropout, dtype=policy, name="target_embedding_dropout"
+        )
 
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
@@ -134,9 +161,15 @@ class Transformer(keras.Model):
         self.final_norms = final_norms
         self.output_projection = output_projection
         self.quantization_config = quantization_config
-        if quantization_config is not None:  # before the graph below builds the int8 layers of a quantized config
-            for layer in self._flatten_layers(include_self=False):  # ours, and Dense; a feed-forward
-                if hasattr(layer, "quantization_config"):  # layer passes its own to the Dense it builds
+        if (
+            quantization_config is not None
+        ):  # before the graph below builds the int8 layers of a quantized config
+            for layer in self._flatten_layers(
+                include_self=False
+            ):  # ours, and Dense; a feed-forward
+                if hasattr(
+                    layer, "quantization_config"
+                ):  # layer passes its own to the Dense it builds
                     layer.quantization_config = quantization_config
         self.word_index = word_index
         # A word window masks encoder-decoder attention per hypothesis (each has its own
@@ -149,10 +182,20 @@ class Transformer(keras.Model):
         # On TensorFlow the position-wise work skips the padding (`layers.packing`).
         packed = self._packs
         encoder_outputs, source_mask = self._encode(source_ids, training=None, packed=packed)
-        source_words = self.source_word_positions(source_ids) if config.word_window is not None else None
-        logits = self._decode(target_ids, encoder_outputs, source_mask, training=None, source_words=source_words,
-                              packed=packed)
-        super().__init__(inputs={"source_ids": source_ids, "target_ids": target_ids}, outputs=logits, **kwargs)
+        source_words = (
+            self.source_word_positions(source_ids) if config.word_window is not None else None
+        )
+        logits = self._decode(
+            target_ids,
+            encoder_outputs,
+            source_mask,
+            training=None,
+            source_words=source_words,
+            packed=packed,
+        )
+        super().__init__(
+            inputs={"source_ids": source_ids, "target_ids": target_ids}, outputs=logits, **kwargs
+        )
         # keras.Model's functional constructor ignores `dtype`; set the policy the sub-layers
         # use on the model itself, so that `get_config` (and `.keras` files) keep it.
         self.dtype_policy = policy
@@ -162,7 +205,11 @@ class Transformer(keras.Model):
         # which runs inside the functional constructor, after the layers are assigned.
         # Until then a layer is tracked as Keras tracks it on the other backends (so the
         # weights come in the same order everywhere) and set as a plain attribute.
-        if keras.backend.backend() == "torch" and "_modules" not in self.__dict__ and isinstance(value, keras.Layer):
+        if (
+            keras.backend.backend() == "torch"
+            and "_modules" not in self.__dict__
+            and isinstance(value, keras.Layer)
+        ):
             self._initialize_tracker()
             object.__setattr__(self, name, self._tracker.track(value))
             return
@@ -206,8 +253,15 @@ class Transformer(keras.Model):
         target_ids = ops.convert_to_tensor(inputs["target_ids"], "int32")
         encoder_outputs, source_packing = self._encode(source_ids, training=training, packed=True)
         source_words = self.source_word_positions(source_ids) if self.uses_word_window else None
-        logits, positions = self._decode(target_ids, encoder_outputs, source_packing, training=training,
-                                         source_words=source_words, packed=True, rows=True)
+        logits, positions = self._decode(
+            target_ids,
+            encoder_outputs,
+            source_packing,
+            training=training,
+            source_words=source_words,
+            packed=True,
+            rows=True,
+        )
         labels = ops.reshape(ops.convert_to_tensor(labels, "int32"), (-1,))
         real_labels = ops.take(labels, positions, axis=0)
         if not in_xla_context():
@@ -217,7 +271,8 @@ class Transformer(keras.Model):
                 ops.sum(ops.cast(ops.not_equal(real_labels, PAD_ID), "int32")),
                 ops.sum(ops.cast(ops.not_equal(labels, PAD_ID), "int32")),
                 message="labels hold real tokens where target_ids is padding (0): the loss over the real target "
-                        "positions would leave them out; pad labels where target_ids is padded")
+                "positions would leave them out; pad labels where target_ids is padded",
+            )
         return real_labels, logits
 
     def train_step(self, *args):
@@ -249,15 +304,26 @@ class Transformer(keras.Model):
         """A `layers.packing` layer (`RealPositions`, `Pack`, `Unpack`) in the model's dtype policy."""
         return layer_class(dtype=self.source_dropout.dtype_policy)
 
-    def _embed(self, token_ids, embedding, position, dropout, start_index=0, training=None, word_positions=None,
-               real_positions=None):
+    def _embed(
+        self,
+        token_ids,
+        embedding,
+        position,
+        dropout,
+        start_index=0,
+        training=None,
+        word_positions=None,
+        real_positions=None,
+    ):
         """`(B, T, D)` embeddings plus positions, after dropout; with `real_positions` (`layers.packing`),
         the `(N, D)` rows of those positions only."""
         hidden = embedding(token_ids)  # (B, T, D), scaled by sqrt(D)
         if word_positions is None:
             hidden = hidden + position(hidden, start_index=start_index)
         else:
-            hidden = hidden + position(hidden, start_index=start_index, word_positions=word_positions)
+            hidden = hidden + position(
+                hidden, start_index=start_index, word_positions=word_positions
+            )
         if real_positions is not None:
             hidden = self._packing_layer(packing.Pack)(hidden, real_positions)  # (N, D)
         return dropout(hidden, training=training)
@@ -306,11 +372,20 @@ class Transformer(keras.Model):
         """`(hidden (B, S, D), source_mask (B, S))`; `packed`: `(hidden (N_S, D), source_packing)`,
         the rows of the real positions and their packing (`layers.packing`)."""
         source_mask = padding_mask(source_ids, PAD_ID)  # (B, S)
-        source_packing = (self._packing_layer(packing.RealPositions)(source_mask), source_mask) if packed else None
+        source_packing = (
+            (self._packing_layer(packing.RealPositions)(source_mask), source_mask)
+            if packed
+            else None
+        )
         words = self.word_index.source(source_ids) if self.word_index is not None else None
         hidden = self._embed(
-            source_ids, self.source_embedding, self.source_position, self.source_dropout, training=training,
-            word_positions=words, real_positions=source_packing[0] if packed else None,
+            source_ids,
+            self.source_embedding,
+            self.source_position,
+            self.source_dropout,
+            training=training,
+            word_positions=words,
+            real_positions=source_packing[0] if packed else None,
         )
         for layer in self.encoder_layers:
             if packed:
@@ -325,26 +400,50 @@ class Transformer(keras.Model):
         if "decoder" in self.final_norms:
             hidden = self.final_norms["decoder"](hidden)
         if self.output_projection is None:
-            return self.target_embedding(hidden, reverse=True, output_ids=output_ids)  # (B, T, V|V') float32
+            return self.target_embedding(
+                hidden, reverse=True, output_ids=output_ids
+            )  # (B, T, V|V') float32
         if output_ids is not None:
-            raise ValueError("A vocabulary shortlist (output_ids) needs the output projection tied to the target "
-                             "embedding. Received: config.tie_output=False")
+            raise ValueError(
+                "A vocabulary shortlist (output_ids) needs the output projection tied to the target "
+                "embedding. Received: config.tie_output=False"
+            )
         return ops.cast(self.output_projection(hidden), "float32")
 
-    def _decode(self, target_ids, encoder_outputs, source_mask, training=None, return_attention_scores=False,
-                source_words=None, packed=False, rows=False):
+    def _decode(
+        self,
+        target_ids,
+        encoder_outputs,
+        source_mask,
+        training=None,
+        return_attention_scores=False,
+        source_words=None,
+        packed=False,
+        rows=False,
+    ):
         """Logits `(B, T, V)` (and the attention scores). `packed`: `encoder_outputs` and
         `source_mask` are the rows and the packing of `_encode(..., packed=True)`, and the
         decoder's position-wise work runs on the target's real positions only; with `rows`,
         `(logits (N, V), positions (N,))` on those positions (`real_target_logits`)."""
         target_mask = padding_mask(target_ids, PAD_ID)  # (B, T)
-        target_packing = (self._packing_layer(packing.RealPositions)(target_mask), target_mask) if packed else None
+        target_packing = (
+            (self._packing_layer(packing.RealPositions)(target_mask), target_mask)
+            if packed
+            else None
+        )
         words = self.word_index.target(target_ids) if self.word_index is not None else None
         hidden = self._embed(
-            target_ids, self.target_embedding, self.target_position, self.target_dropout, training=training,
-            word_positions=words, real_positions=target_packing[0] if packed else None,
+            target_ids,
+            self.target_embedding,
+            self.target_position,
+            self.target_dropout,
+            training=training,
+            word_positions=words,
+            real_positions=target_packing[0] if packed else None,
         )
-        window = self._window_mask(source_words, words) if source_words is not None else None  # (B, T, S)
+        window = (
+            self._window_mask(source_words, words) if source_words is not None else None
+        )  # (B, T, S)
         if packed:
             masks = dict(decoder_packing=target_packing, encoder_packing=source_mask)
         else:
@@ -367,7 +466,9 @@ class Transformer(keras.Model):
         if rows:
             return self._logits(hidden), target_packing[0]
         if packed:
-            hidden = self._packing_layer(packing.Unpack)(hidden, *target_packing)  # (B, T, D), zeros at the padding
+            hidden = self._packing_layer(packing.Unpack)(
+                hidden, *target_packing
+            )  # (B, T, D), zeros at the padding
         logits = self._logits(hidden)
         if return_attention_scores:
             return logits, scores
@@ -390,17 +491,30 @@ class Transformer(keras.Model):
         source_mask = padding_mask(source_ids, PAD_ID)
         words = self.word_index.source(source_ids) if self.word_index is not None else None
         hidden = self._embed(
-            source_ids, self.source_embedding, self.source_position, self.source_dropout, training=False,
+            source_ids,
+            self.source_embedding,
+            self.source_position,
+            self.source_dropout,
+            training=False,
             word_positions=words,
         )
         scores = []
         for layer in self.encoder_layers:
-            hidden, layer_scores = layer(hidden, padding_mask=source_mask, return_attention_scores=True, training=False)
+            hidden, layer_scores = layer(
+                hidden, padding_mask=source_mask, return_attention_scores=True, training=False
+            )
             scores.append(layer_scores)
         return scores
 
-    def decode(self, target_ids, encoder_outputs, source_padding_mask, training=False, return_attention_scores=False,
-               source_word_positions=None):
+    def decode(
+        self,
+        target_ids,
+        encoder_outputs,
+        source_padding_mask,
+        training=False,
+        return_attention_scores=False,
+        source_word_positions=None,
+    ):
         """A full (teacher-forced, uncached) decoder pass.
 
         Args:
@@ -437,8 +551,16 @@ class Transformer(keras.Model):
         """
         return tuple(layer.init_cache(encoder_outputs, max_length) for layer in self.decoder_layers)
 
-    def decode_step(self, token_ids, cache, cache_index, source_padding_mask, word_positions=None,
-                    source_word_positions=None, output_ids=None):
+    def decode_step(
+        self,
+        token_ids,
+        cache,
+        cache_index,
+        source_padding_mask,
+        word_positions=None,
+        source_word_positions=None,
+        output_ids=None,
+    ):
         """Decode new target positions with the cache (inference: dropout off).
 
         Args:
@@ -473,12 +595,19 @@ class Transformer(keras.Model):
         self._check_source_words(source_word_positions, "decode_step")
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         hidden = self._embed(
-            token_ids, self.target_embedding, self.target_position, self.target_dropout, start_index=cache_index,
-            training=False, word_positions=word_positions,
+            token_ids,
+            self.target_embedding,
+            self.target_position,
+            self.target_dropout,
+            start_index=cache_index,
+            training=False,
+            word_positions=word_positions,
         )
         window = None
         if source_word_positions is not None:
-            window = self._window_mask(source_word_positions, ops.convert_to_tensor(word_positions, "int32"))  # (B, Q, S)
+            window = self._window_mask(
+                source_word_positions, ops.convert_to_tensor(word_positions, "int32")
+            )  # (B, Q, S)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache):
             hidden, layer_cache = layer(
@@ -513,10 +642,16 @@ class Transformer(keras.Model):
         """
         if mode not in quantization.MODES:
             raise quantization.mode_error(mode)
-        with quantization.one_garbage_collection():  # Keras collects once per float kernel it removes
-            attention = [layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)]
+        with (
+            quantization.one_garbage_collection()
+        ):  # Keras collects once per float kernel it removes
+            attention = [
+                layer for layer in self._flatten_layers() if isinstance(layer, MultiHeadAttention)
+            ]
             if filters is not None:
-                from keras.src.quantizers.utils import should_quantize_layer  # the filters' meaning in Model.quantize
+                from keras.src.quantizers.utils import (
+                    should_quantize_layer,
+                )  # the filters' meaning in Model.quantize
 
                 attention = [layer for layer in attention if should_quantize_layer(layer, filters)]
             for layer in attention:
@@ -524,9 +659,18 @@ class Transformer(keras.Model):
             with warnings.catch_warnings():
                 # Keras warns about each layer without a `quantize` method; these hold no weight
                 # matrix. (A learned position table is left float, and Keras says so.)
-                for name in ("PositionalEncoding", "ReplicaDropout", "LayerNormalization", "InputLayer", "RealPositions",
-                             "Pack", "Unpack"):
-                    warnings.filterwarnings("ignore", message=f"Layer {name} does not have a `quantize` method")
+                for name in (
+                    "PositionalEncoding",
+                    "ReplicaDropout",
+                    "LayerNormalization",
+                    "InputLayer",
+                    "RealPositions",
+                    "Pack",
+                    "Unpack",
+                ):
+                    warnings.filterwarnings(
+                        "ignore", message=f"Layer {name} does not have a `quantize` method"
+                    )
                 super().quantize(mode, config=config, filters=filters, **kwargs)
         self.quantization_config = config
 
@@ -556,7 +700,9 @@ class Transformer(keras.Model):
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        config["quantization_config"] = keras.saving.deserialize_keras_object(config.get("quantization_config"))
+        config["quantization_config"] = keras.saving.deserialize_keras_object(
+            config.get("quantization_config")
+        )
         return cls(**config)
 
 

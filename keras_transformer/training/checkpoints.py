@@ -84,17 +84,23 @@ def restore_newest_readable(checkpoint, directory, manager=None, restore=None):
     except UnreadableCheckpointError as error:
         state, state_error = None, error
     except OSError as error:
-        raise CheckpointReadError(f"Cannot read the checkpoint state file in {directory}: {error}. "
-                                  + _NOTHING_MOVED) from None
+        raise CheckpointReadError(
+            f"Cannot read the checkpoint state file in {directory}: {error}. " + _NOTHING_MOVED
+        ) from None
     if state is not None:
         candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     else:
         candidates = checkpoints_on_disk(directory)
         if state_error:
-            logging.warning("%s; trying the %d checkpoints found beside it", state_error, len(candidates))
+            logging.warning(
+                "%s; trying the %d checkpoints found beside it", state_error, len(candidates)
+            )
         elif candidates:
-            logging.warning("No checkpoint state file in %s; trying the %d checkpoints found there, newest first",
-                            directory, len(candidates))
+            logging.warning(
+                "No checkpoint state file in %s; trying the %d checkpoints found there, newest first",
+                directory,
+                len(candidates),
+            )
     skipped = []
     for path in reversed(candidates):
         try:
@@ -103,20 +109,32 @@ def restore_newest_readable(checkpoint, directory, manager=None, restore=None):
             try:
                 reason = runs.damage_reason(path, error)
             except OSError as listing:
-                raise CheckpointReadError(f"Cannot restore checkpoint {path}: {_reason(error)} (and listing its "
-                                          f"files failed: {listing}). {_NOTHING_MOVED}") from None
+                raise CheckpointReadError(
+                    f"Cannot restore checkpoint {path}: {_reason(error)} (and listing its "
+                    f"files failed: {listing}). {_NOTHING_MOVED}"
+                ) from None
             if reason is None:
-                raise CheckpointReadError(f"Cannot restore checkpoint {path}: {type(error).__name__}: "
-                                          f"{_reason(error)}. It is not damaged: {_NOTHING_MOVED}") from None
+                raise CheckpointReadError(
+                    f"Cannot restore checkpoint {path}: {type(error).__name__}: "
+                    f"{_reason(error)}. It is not damaged: {_NOTHING_MOVED}"
+                ) from None
             skipped.append((path, reason))
             continue
         aside = None
-        if manager is not None and (skipped or state is None or list(manager.checkpoints) != candidates):
-            aside = _repair(directory, manager, candidates, [prefix for prefix, _ in skipped], state_error)
+        if manager is not None and (
+            skipped or state is None or list(manager.checkpoints) != candidates
+        ):
+            aside = _repair(
+                directory, manager, candidates, [prefix for prefix, _ in skipped], state_error
+            )
         for skipped_path, reason in skipped:
             where = f"; moved it to {aside}" if aside else ""
-            logging.warning("Skipped unreadable checkpoint %s (%s)%s; trying the next older one", skipped_path, reason,
-                            where)
+            logging.warning(
+                "Skipped unreadable checkpoint %s (%s)%s; trying the next older one",
+                skipped_path,
+                reason,
+                where,
+            )
         return str(path)
     if skipped:
         reasons = "; ".join(f"{path}: {reason}" for path, reason in skipped)
@@ -165,7 +183,9 @@ def _repair(directory, manager, candidates, skipped, state_error):
     if state_error:  # kept as it was; the replacement below takes its place in one rename
         state_file = fs.join(directory, runs.CHECKPOINT_STATE_FILE)
         fs.write_bytes(fs.join(aside, runs.CHECKPOINT_STATE_FILE), fs.read_bytes(state_file))
-    remaining = [prefix for prefix in candidates if prefix not in skipped and fs.exists(f"{prefix}.index")]
+    remaining = [
+        prefix for prefix in candidates if prefix not in skipped and fs.exists(f"{prefix}.index")
+    ]
     _record_remaining(manager, remaining)
     for path in [path for prefix in skipped for path in fs.glob(f"{prefix}.*")]:
         fs.rename(path, fs.join(aside, str(path).rsplit("/", 1)[-1]))
@@ -177,8 +197,12 @@ def _record_remaining(manager, prefixes):
     times = {}
     try:
         state = runs.checkpoint_state(manager.directory)
-        if state and len(state.all_model_checkpoint_timestamps) == len(state.all_model_checkpoint_paths):
-            times = dict(zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps))
+        if state and len(state.all_model_checkpoint_timestamps) == len(
+            state.all_model_checkpoint_paths
+        ):
+            times = dict(
+                zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps)
+            )
     except UnreadableCheckpointError:
         pass
     # CheckpointManager reads its state file only when built; these are the two fields it keeps of it.
@@ -214,7 +238,13 @@ def check_workers_restored_alike(strategy, restored, step, variables):
     @tf.function
     def gather():
         def replica_fn():
-            local = tf.stack([tf.constant(restored_step, tf.int64), tf.cast(step, tf.int64), _checksum(variables)])
+            local = tf.stack(
+                [
+                    tf.constant(restored_step, tf.int64),
+                    tf.cast(step, tf.int64),
+                    _checksum(variables),
+                ]
+            )
             return tf.distribute.get_replica_context().all_gather(local[tf.newaxis], axis=0)
 
         return strategy.run(replica_fn)
@@ -255,7 +285,9 @@ def _checksum(variables):
 
 # SplitMix64's constants as signed int64 (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB); plain
 # numbers: a tensor made at import would start TensorFlow before a multi-worker strategy can configure it.
-_GOLDEN, _MIX1, _MIX2 = (value - (1 << 64) for value in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+_GOLDEN, _MIX1, _MIX2 = (
+    value - (1 << 64) for value in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+)
 
 
 def save_checkpoint(manager, step):
@@ -298,10 +330,14 @@ def save_checkpoint(manager, step):
             after = f"The last checkpoint, {latest}, and the state file are intact"
         after += ": run the same command to resume from it once the cause is fixed."
     elif kept:
-        after = ("The state file lists none of them: the same command resumes from the newest readable one once the "
-                 "cause is fixed.")
+        after = (
+            "The state file lists none of them: the same command resumes from the newest readable one once the "
+            "cause is fixed."
+        )
     else:
-        after = "No checkpoint was kept: the same command starts from step 0 once the cause is fixed."
+        after = (
+            "No checkpoint was kept: the same command starts from step 0 once the cause is fixed."
+        )
     raise CheckpointSaveError(f"Could not save checkpoint {prefix}: {reason}. {names}{after}")
 
 
@@ -311,7 +347,9 @@ def write_checkpoint(checkpoint, prefix):
         return checkpoint.write(str(prefix))
     except (tf.errors.OpError, OSError) as error:
         _remove_partial(prefix)
-        raise CheckpointSaveError(f"Could not write checkpoint {prefix}: {_reason(error)}") from None
+        raise CheckpointSaveError(
+            f"Could not write checkpoint {prefix}: {_reason(error)}"
+        ) from None
 
 
 _reason = runs.error_line
@@ -351,7 +389,9 @@ def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
     step = runs.checkpoint_step(paths[-1])
     output_dir = output_dir or runs.averaged_dir(model_dir)
     prefix = fs.join(output_dir, f"{runs.CHECKPOINT_PREFIX}-{step}")
-    with fs.staging(prefix, exist_ok=True) as staged:  # written aside, then published with its .index last
+    with fs.staging(
+        prefix, exist_ok=True
+    ) as staged:  # written aside, then published with its .index last
         write_checkpoint(tf.train.Checkpoint(model=model), fs.join(staged, fs.name(prefix)))
         fs.publish_prefix(fs.join(staged, fs.name(prefix)), prefix)
     return str(prefix), paths

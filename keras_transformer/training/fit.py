@@ -41,7 +41,9 @@ def train_step(model, data):
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
         y, y_pred = _loss_output(model, x, y, sample_weight, training=True)
-        loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        loss = model.compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+        )
         _track_loss(model, loss, x, y)
         scaled = model.optimizer.scale_loss(loss)
     variables = model.trainable_weights
@@ -72,7 +74,9 @@ def apply_if_finite(optimizer, grads, variables):
     context = tf.distribute.get_replica_context()
     if context.num_replicas_in_sync > 1:
         bad = context.all_reduce("sum", bad)
-    if not optimizer.built:  # as `optimizer.apply` does: Keras builds it at the first step on one device
+    if (
+        not optimizer.built
+    ):  # as `optimizer.apply` does: Keras builds it at the first step on one device
         with keras.name_scope(optimizer.name, caller=optimizer):
             optimizer.build(variables)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
@@ -80,7 +84,11 @@ def apply_if_finite(optimizer, grads, variables):
 
     def decide(distribution, grads, bad):
         bad = distribution.experimental_local_results(bad)[0]  # the same on every replica
-        accumulators = [inner._accumulated_gradients[inner._get_variable_index(v)] for v in variables] if steps else []
+        accumulators = (
+            [inner._accumulated_gradients[inner._get_variable_index(v)] for v in variables]
+            if steps
+            else []
+        )
 
         def apply():
             distribution.extended.call_for_each_replica(optimizer.apply, args=(grads, variables))
@@ -96,7 +104,8 @@ def apply_if_finite(optimizer, grads, variables):
             inner.gradient_accumulation_steps = None
             try:
                 distribution.extended.call_for_each_replica(
-                    _apply_accumulated, args=(optimizer, grads, variables, accumulators, steps))
+                    _apply_accumulated, args=(optimizer, grads, variables, accumulators, steps)
+                )
             finally:
                 inner.gradient_accumulation_steps = steps
             for accumulator in accumulators:
@@ -126,8 +135,10 @@ def _halve(accumulator):
 
 def _apply_accumulated(optimizer, grads, variables, accumulators, steps):
     """In one replica: the optimizer applies the mean of this batch's and the accumulated gradients."""
-    mean = [None if grad is None else (grad + accumulator.value) / steps
-            for grad, accumulator in zip(grads, accumulators)]
+    mean = [
+        None if grad is None else (grad + accumulator.value) / steps
+        for grad, accumulator in zip(grads, accumulators)
+    ]
     optimizer.apply(mean, variables)
 
 
@@ -136,7 +147,11 @@ def _loss_output(model, x, y, sample_weight, training):
     (`training.loss.labels_and_logits`) with a token-weighted loss and nothing that reads the
     `(B, T)` layout (no sample weights, no compiled metrics); else `y` and `model(x)`."""
     token_weighted = getattr(getattr(model, "loss", None), "token_weighted", False)
-    if token_weighted and sample_weight is None and getattr(model, "_compile_metrics", None) is None:
+    if (
+        token_weighted
+        and sample_weight is None
+        and getattr(model, "_compile_metrics", None) is None
+    ):
         return labels_and_logits(model, x, y, training=training)
     return y, model(x, training=training)
 
@@ -150,4 +165,6 @@ def _track_loss(model, loss, x, y):
         model._loss_tracker.update_state(ops.divide_no_nan(loss_sum, tokens), sample_weight=tokens)
     else:  # what Keras does: the replica's value times the replicas, weighted by its sentences
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        model._loss_tracker.update_state(loss * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        model._loss_tracker.update_state(
+            loss * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0]
+        )

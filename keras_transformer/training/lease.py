@@ -57,11 +57,17 @@ class RunLease:
 
     def __init__(self, model_dir, timeout=DEFAULT_LEASE_TIMEOUT):
         if not timeout > 0:
-            raise ValueError(f"The lease timeout must be a positive number of seconds. Received: {timeout!r}")
+            raise ValueError(
+                f"The lease timeout must be a positive number of seconds. Received: {timeout!r}"
+            )
         self.model_dir = model_dir
         self.path = runs.lease_path(model_dir)
         self.timeout = float(timeout)
-        self.owner = {"owner": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid()}
+        self.owner = {
+            "owner": secrets.token_hex(8),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
         self._held = False
         self._lock = threading.Lock()
         self._stop_heartbeat = None
@@ -90,16 +96,29 @@ class RunLease:
         if holder is not None and holder.get("owner") != self.owner["owner"]:
             age = time.time() - float(holder["heartbeat"])
             if self._ended_here(holder):
-                logging.warning("Taking over %s from %s pid %s, which is no longer running", self.model_dir,
-                                holder.get("host"), holder.get("pid"))
+                logging.warning(
+                    "Taking over %s from %s pid %s, which is no longer running",
+                    self.model_dir,
+                    holder.get("host"),
+                    holder.get("pid"),
+                )
             elif age < self.timeout:
                 raise self._busy(holder, age)
             else:
-                logging.warning("Taking over %s from %s pid %s, whose last heartbeat was %.0f s ago (lease timeout "
-                                "%.0f s)", self.model_dir, holder.get("host"), holder.get("pid"), age, self.timeout)
+                logging.warning(
+                    "Taking over %s from %s pid %s, whose last heartbeat was %.0f s ago (lease timeout "
+                    "%.0f s)",
+                    self.model_dir,
+                    holder.get("host"),
+                    holder.get("pid"),
+                    age,
+                    self.timeout,
+                )
         self._write()
         holder = self.holder()
-        if holder is None or holder.get("owner") != self.owner["owner"]:  # another start wrote after this one
+        if (
+            holder is None or holder.get("owner") != self.owner["owner"]
+        ):  # another start wrote after this one
             raise self._busy(holder or {}, 0.0)
         self._held = True
         return self
@@ -115,7 +134,11 @@ class RunLease:
             holder = self.holder()
             if holder is None or holder.get("owner") != self.owner["owner"]:
                 self._held = False
-                taker = f"{holder.get('host')} pid {holder.get('pid')}" if holder else "someone (it is gone)"
+                taker = (
+                    f"{holder.get('host')} pid {holder.get('pid')}"
+                    if holder
+                    else "someone (it is gone)"
+                )
                 raise LeaseLostError(
                     f"{self.model_dir} was taken over by {taker} after this process renewed its lease {self.path} "
                     f"for longer than the {self.timeout:.0f} s lease timeout; stopping without saving"
@@ -146,7 +169,10 @@ class RunLease:
             while not stop.wait(every):
                 try:
                     self.renew()
-                except (LeaseLostError, OSError) as error:  # the main thread finds out at its next renewal
+                except (
+                    LeaseLostError,
+                    OSError,
+                ) as error:  # the main thread finds out at its next renewal
                     logging.warning("Lease heartbeat failed: %s", error)
                     return
 
@@ -185,7 +211,9 @@ class RunLease:
         return False
 
     def _write(self):
-        fs.write_text(self.path, json.dumps({**self.owner, "heartbeat": time.time()}, sort_keys=True))
+        fs.write_text(
+            self.path, json.dumps({**self.owner, "heartbeat": time.time()}, sort_keys=True)
+        )
 
     def _busy(self, holder, age):
         return RunDirectoryBusyError(

@@ -65,14 +65,19 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
             # softmax(z) * u - (eps / V) * u everywhere ...
             grads = exponentials * (upstream / normalizer)[..., None]
             if label_smoothing:
-                grads = grads - (label_smoothing / ops.cast(vocabulary, "float32")) * upstream[..., None]
+                grads = (
+                    grads
+                    - (label_smoothing / ops.cast(vocabulary, "float32")) * upstream[..., None]
+                )
             # ... and - (1 - eps) * u at the reference: one entry per position, in place of a one-hot.
             rows = ops.reshape(grads, (-1, vocabulary))  # (B * T, V)
             references = ops.reshape(labels, (-1, 1))  # (B * T, 1)
             at_reference = ops.take_along_axis(rows, references, axis=-1)[:, 0]
             at_reference = at_reference - (1.0 - label_smoothing) * ops.reshape(upstream, (-1,))
             positions = ops.arange(ops.shape(references)[0], dtype="int32")[:, None]
-            rows = ops.scatter_update(rows, ops.concatenate([positions, references], axis=-1), at_reference)
+            rows = ops.scatter_update(
+                rows, ops.concatenate([positions, references], axis=-1), at_reference
+            )
             return ops.reshape(rows, ops.shape(exponentials))
 
         return losses, gradient
@@ -157,9 +162,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     1.3862943649291992
     """
 
-    token_weighted = True  # `Transformer`'s fit and evaluate steps report it weighted by real tokens
+    token_weighted = (
+        True  # `Transformer`'s fit and evaluate steps report it weighted by real tokens
+    )
 
-    def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs
+    ):
         reduction = kwargs.pop("reduction", "sum")
         if reduction != "sum":
             raise ValueError(
@@ -168,7 +177,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             )
         super().__init__(name=name, reduction=reduction, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1). Received: label_smoothing={label_smoothing!r}")
+            raise ValueError(
+                f"label_smoothing must be in [0, 1). Received: label_smoothing={label_smoothing!r}"
+            )
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
 

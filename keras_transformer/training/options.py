@@ -58,14 +58,24 @@ class TrainOptions:
     steps_per_execution: int = 1
 
     def __post_init__(self):
-        for name in ("batch_tokens", "accum_steps", "checkpoint_every", "log_every", "max_consecutive_skips",
-                     "steps_per_execution"):
+        for name in (
+            "batch_tokens",
+            "accum_steps",
+            "checkpoint_every",
+            "log_every",
+            "max_consecutive_skips",
+            "steps_per_execution",
+        ):
             check_positive_int(name, getattr(self, name))
         if self.keep_checkpoints is not None:
             check_positive_int("keep_checkpoints", self.keep_checkpoints)
         if self.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}. Received: on_nonfinite={self.on_nonfinite!r}")
+            raise ValueError(
+                f"on_nonfinite must be one of {ON_NONFINITE}. Received: on_nonfinite={self.on_nonfinite!r}"
+            )
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be >= 0. Received: eval_every={self.eval_every!r}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}. Received: precision={self.precision!r}")
+            raise ValueError(
+                f"precision must be one of {PRECISIONS}. Received: precision={self.precision!r}"
+            )

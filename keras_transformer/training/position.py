@@ -25,7 +25,10 @@ class ReplayedInput:
             consumed = batches_drawn // max(input_context.num_input_pipelines, 1)
             dataset = self._dataset_fn(input_context)
             if consumed:
-                logging.info("Resuming the input by replaying %d batches (a data.BatchPlan resumes directly)", consumed)
+                logging.info(
+                    "Resuming the input by replaying %d batches (a data.BatchPlan resumes directly)",
+                    consumed,
+                )
                 dataset = dataset.skip(consumed)
             return dataset
 

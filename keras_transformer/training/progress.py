@@ -15,7 +15,9 @@ class ProgressMeter:
         self.train_steps = train_steps
         self.start_step = start_step
         self.run_start = time.time()
-        self.progress = keras.utils.Progbar(train_steps, stateful_metrics=["loss", "lr", "tok/s", "skipped"])
+        self.progress = keras.utils.Progbar(
+            train_steps, stateful_metrics=["loss", "lr", "tok/s", "skipped"]
+        )
         if progress:
             self.progress.update(start_step)
         self._reset()
@@ -31,7 +33,11 @@ class ProgressMeter:
         """`(loss per token, tokens/s, ETA seconds)` of the window; starts a new one."""
         loss = self.loss_sum / max(self.tokens, 1.0)
         rate = self.tokens / max(time.time() - self.window_start, 1e-9)
-        eta = (time.time() - self.run_start) / max(step - self.start_step, 1) * (self.train_steps - step)
+        eta = (
+            (time.time() - self.run_start)
+            / max(step - self.start_step, 1)
+            * (self.train_steps - step)
+        )
         self._reset()
         return loss, rate, eta
 

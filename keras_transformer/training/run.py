@@ -45,8 +45,16 @@ trains on every sentence of the corpus, which for WMT14 (about 9 million sentenc
 chief a long time."""
 
 
-def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, timeout=DEFAULT_TOKENIZER_WAIT,
-                      whole_words=(), model_type="unigram"):
+def prepare_tokenizer(
+    model_dir,
+    pairs,
+    vocabulary_size,
+    seed=0,
+    chief=True,
+    timeout=DEFAULT_TOKENIZER_WAIT,
+    whole_words=(),
+    model_type="unigram",
+):
     """Load the run's SentencePiece model, or train a joint one (`model_type`: "unigram" or
     "bpe") on `pairs` and save it there.
 
@@ -58,14 +66,27 @@ def prepare_tokenizer(model_dir, pairs, vocabulary_size, seed=0, chief=True, tim
         deadline = time.time() + timeout
         while not fs.exists(path):
             if time.time() > deadline:
-                raise TimeoutError(f"The chief did not write {path} within {timeout:.0f} s: if it is still training "
-                                   "the tokenizer, wait longer (--tokenizer_wait)")
+                raise TimeoutError(
+                    f"The chief did not write {path} within {timeout:.0f} s: if it is still training "
+                    "the tokenizer, wait longer (--tokenizer_wait)"
+                )
             time.sleep(0.5)
     if not fs.exists(path):
         sentences = [text for pair in pairs for text in pair]
-        logging.info("Training a %d-piece SentencePiece %s model on %d sentences", vocabulary_size, model_type,
-                     len(sentences))
-        train_sentencepiece(sentences, path, vocabulary_size, model_type=model_type, seed=seed, whole_words=whole_words)
+        logging.info(
+            "Training a %d-piece SentencePiece %s model on %d sentences",
+            vocabulary_size,
+            model_type,
+            len(sentences),
+        )
+        train_sentencepiece(
+            sentences,
+            path,
+            vocabulary_size,
+            model_type=model_type,
+            seed=seed,
+            whole_words=whole_words,
+        )
     return Tokenizer(path)
 
 
@@ -79,7 +100,9 @@ class DataOptions:
     data_dir: str = None
     files: dict = None
     max_length: int = None  # defaults to the model's max_length
-    bucket_boundaries: tuple = None  # padded lengths (default: data.pipeline.default_bucket_boundaries)
+    bucket_boundaries: tuple = (
+        None  # padded lengths (default: data.pipeline.default_bucket_boundaries)
+    )
     sampling_alpha: float = None  # subword regularization of the training data (Tokenizer.sampler)
 
     def __post_init__(self):
@@ -93,8 +116,16 @@ class DataOptions:
 # one plan, whatever takes them.
 POSITION_SETTINGS = {
     "training": ("batch_tokens", "seed"),
-    "data": ("dataset", "src_lang", "tgt_lang", "data_dir", "files", "max_length", "bucket_boundaries",
-             "sampling_alpha"),
+    "data": (
+        "dataset",
+        "src_lang",
+        "tgt_lang",
+        "data_dir",
+        "files",
+        "max_length",
+        "bucket_boundaries",
+        "sampling_alpha",
+    ),
 }
 
 
@@ -107,7 +138,10 @@ def check_checkpoint_settings(model_dir, payload):
     if before is None or before == now:
         return
     hidden_dim = payload["model"]["hidden_dim"]
-    kinds = [type(paper_optimizer(hidden_dim, precision=precision)).__name__ for precision in (before, now)]
+    kinds = [
+        type(paper_optimizer(hidden_dim, precision=precision)).__name__
+        for precision in (before, now)
+    ]
     if kinds[0] != kinds[1]:
         raise ValueError(
             f"{model_dir} was started with precision={before!r}, now precision={now!r}: its checkpoints hold an "
@@ -160,7 +194,7 @@ def data_fingerprint(data: DataOptions, pairs):
         for index, side in enumerate(_SIDES):
             digest = hashlib.sha256()
             for start in range(0, len(split_pairs), 65536):
-                chunk = split_pairs[start:start + 65536]
+                chunk = split_pairs[start : start + 65536]
                 digest.update("".join(f"{pair[index]}\n" for pair in chunk).encode("utf-8"))
             entry[side] = {"file": _corpus_file(data, split, index), "sha256": digest.hexdigest()}
         fingerprint[split] = entry
@@ -170,7 +204,11 @@ def data_fingerprint(data: DataOptions, pairs):
 def _corpus_file(data, split, index):
     if data.dataset == "files":
         return str(data.files[split][index])
-    side = (data.src_lang, data.tgt_lang)[index] if data.dataset in ("multi30k", "wmt14") else _SIDES[index]
+    side = (
+        (data.src_lang, data.tgt_lang)[index]
+        if data.dataset in ("multi30k", "wmt14")
+        else _SIDES[index]
+    )
     where = f" in {data.data_dir}" if data.data_dir else ""
     return f"the {data.dataset} {split} {side} sentences{where}"
 
@@ -184,7 +222,10 @@ def changed_data(recorded, fingerprint):
         if before is None:
             continue
         for side in _SIDES:
-            if before["examples"] != now["examples"] or before[side]["sha256"] != now[side]["sha256"]:
+            if (
+                before["examples"] != now["examples"]
+                or before[side]["sha256"] != now[side]["sha256"]
+            ):
                 changes.append(
                     f"{now[side]['file']} ({before['examples']} examples, sha256 {before[side]['sha256'][:12]} when "
                     f"recorded; now {now['examples']}, {now[side]['sha256'][:12]})"
@@ -214,8 +255,12 @@ def check_data_unchanged(model_dir, fingerprint, allow_changed=False):
             "its checkpoints' input position counts examples of the recorded data. Restore that data, start a new "
             "model_dir, or accept the change with --allow_changed_data."
         )
-    logging.warning("Resuming %s on changed data, as --allow_changed_data asks: %s; the input continues at the same "
-                    "position in the new data", model_dir, "; ".join(changes))
+    logging.warning(
+        "Resuming %s on changed data, as --allow_changed_data asks: %s; the input continues at the same "
+        "position in the new data",
+        model_dir,
+        "; ".join(changes),
+    )
     return True
 
 
@@ -231,15 +276,23 @@ def check_workers_agree(strategy, fingerprint):
     if workers < 2:
         return
     entries = [(split, side) for split in sorted(fingerprint) for side in _SIDES]
-    row = [int.from_bytes(bytes.fromhex(fingerprint[split][side]["sha256"])[:8], "big", signed=True)
-           for split, side in entries] + [fingerprint[split]["examples"] for split in sorted(fingerprint)]
+    row = [
+        int.from_bytes(bytes.fromhex(fingerprint[split][side]["sha256"])[:8], "big", signed=True)
+        for split, side in entries
+    ] + [fingerprint[split]["examples"] for split in sorted(fingerprint)]
     local = tf.constant([row], tf.int64)
     gathered = strategy.gather(strategy.run(lambda: tf.identity(local)), axis=0).numpy()
     per_worker = max(len(gathered) // workers, 1)
     for replica in range(len(gathered)):
-        differs = [index for index in range(len(row)) if gathered[replica][index] != gathered[0][index]]
+        differs = [
+            index for index in range(len(row)) if gathered[replica][index] != gathered[0][index]
+        ]
         if differs:
-            index = differs[0] if differs[0] < len(entries) else (differs[0] - len(entries)) * len(_SIDES)
+            index = (
+                differs[0]
+                if differs[0] < len(entries)
+                else (differs[0] - len(entries)) * len(_SIDES)
+            )
             split, side = entries[index]
             raise ValueError(
                 f"Worker {replica // per_worker} reads different data than worker 0: {fingerprint[split][side]['file']} "
@@ -256,9 +309,17 @@ def _cluster_workers(strategy):
     return sum(len(spec.get(kind, ())) for kind in ("chief", "worker"))
 
 
-def train_translation(config: TransformerConfig, model_dir, options: TrainOptions, data: DataOptions, strategy=None,
-                      termination=None, allow_changed_data=False, tokenizer_wait=DEFAULT_TOKENIZER_WAIT,
-                      lease_timeout=DEFAULT_LEASE_TIMEOUT):
+def train_translation(
+    config: TransformerConfig,
+    model_dir,
+    options: TrainOptions,
+    data: DataOptions,
+    strategy=None,
+    termination=None,
+    allow_changed_data=False,
+    tokenizer_wait=DEFAULT_TOKENIZER_WAIT,
+    lease_timeout=DEFAULT_LEASE_TIMEOUT,
+):
     """Train (or resume) a translation run in `model_dir`.
 
     A run directory that already holds a config must have the same architecture
@@ -300,15 +361,28 @@ def train_translation(config: TransformerConfig, model_dir, options: TrainOption
         trainer is None when start-up was interrupted.
     """
     require_tensorflow("Training (training.train_translation)")
-    start = dict(allow_changed_data=allow_changed_data, tokenizer_wait=tokenizer_wait, lease_timeout=lease_timeout)
+    start = dict(
+        allow_changed_data=allow_changed_data,
+        tokenizer_wait=tokenizer_wait,
+        lease_timeout=lease_timeout,
+    )
     if termination is not None:
         return _train_translation(config, model_dir, options, data, strategy, termination, **start)
     with TerminationSignal() as termination:
         return _train_translation(config, model_dir, options, data, strategy, termination, **start)
 
 
-def _train_translation(config, model_dir, options, data, strategy, termination, allow_changed_data, tokenizer_wait,
-                       lease_timeout):
+def _train_translation(
+    config,
+    model_dir,
+    options,
+    data,
+    strategy,
+    termination,
+    allow_changed_data,
+    tokenizer_wait,
+    lease_timeout,
+):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
     keras.utils.set_random_seed(options.seed)
@@ -326,7 +400,11 @@ def _train_translation(config, model_dir, options, data, strategy, termination, 
     max_length = data.max_length or config.max_length
     if data.bucket_boundaries is not None:  # before anything is loaded or written
         check_bucket_boundaries(data.bucket_boundaries, max_length)
-    payload = {"model": config.to_dict(), "training": dataclasses.asdict(options), "data": dataclasses.asdict(data)}
+    payload = {
+        "model": config.to_dict(),
+        "training": dataclasses.asdict(options),
+        "data": dataclasses.asdict(data),
+    }
     if fs.exists(config_path(model_dir)):
         check_resume_settings(model_dir, payload)
         check_checkpoint_settings(model_dir, payload)
@@ -334,71 +412,169 @@ def _train_translation(config, model_dir, options, data, strategy, termination, 
     chief = is_chief(strategy)
     fs.check_writable(model_dir)  # every worker, now, not at its first checkpoint
     if not chief:
-        return _start(config, model_dir, options, data, strategy, termination, payload, None, allow_changed_data,
-                      tokenizer_wait)
+        return _start(
+            config,
+            model_dir,
+            options,
+            data,
+            strategy,
+            termination,
+            payload,
+            None,
+            allow_changed_data,
+            tokenizer_wait,
+        )
     with RunLease(model_dir, lease_timeout) as lease:
         lease.start_heartbeat()  # start-up logs nothing for long stretches; the loop renews at logs and saves
         for stale in fs.glob(worker_dir(model_dir, "*")):
             fs.rmtree(stale)
             logging.warning("Removed %s, left by a worker stopped while saving", stale)
-        return _start(config, model_dir, options, data, strategy, termination, payload, lease, allow_changed_data,
-                      tokenizer_wait)
+        return _start(
+            config,
+            model_dir,
+            options,
+            data,
+            strategy,
+            termination,
+            payload,
+            lease,
+            allow_changed_data,
+            tokenizer_wait,
+        )
 
 
-def _start(config, model_dir, options, data, strategy, termination, payload, lease, allow_changed_data,
-           tokenizer_wait):
+def _start(
+    config,
+    model_dir,
+    options,
+    data,
+    strategy,
+    termination,
+    payload,
+    lease,
+    allow_changed_data,
+    tokenizer_wait,
+):
     chief = lease is not None
     max_length = data.max_length or config.max_length
     interrupted = _Interrupted(termination)
-    train_pairs = load_pairs(data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files)
-    val_pairs = load_pairs(data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files)
+    train_pairs = load_pairs(
+        data.dataset, "train", data.src_lang, data.tgt_lang, data.data_dir, data.files
+    )
+    val_pairs = load_pairs(
+        data.dataset, "val", data.src_lang, data.tgt_lang, data.data_dir, data.files
+    )
     fingerprint = data_fingerprint(data, {"train": train_pairs, "val": val_pairs})
     check_workers_agree(strategy, fingerprint)
-    record_fingerprint = check_data_unchanged(model_dir, fingerprint, allow_changed_data) \
-        if fs.exists(config_path(model_dir)) else False
-    tokenizer = prepare_tokenizer(model_dir, train_pairs, config.vocabulary_size, options.seed, chief=chief,
-                                  timeout=tokenizer_wait, model_type=config.tokenizer_type,
-                                  whole_words=whole_words(data.dataset, train_pairs))
+    record_fingerprint = (
+        check_data_unchanged(model_dir, fingerprint, allow_changed_data)
+        if fs.exists(config_path(model_dir))
+        else False
+    )
+    tokenizer = prepare_tokenizer(
+        model_dir,
+        train_pairs,
+        config.vocabulary_size,
+        options.seed,
+        chief=chief,
+        timeout=tokenizer_wait,
+        model_type=config.tokenizer_type,
+        whole_words=whole_words(data.dataset, train_pairs),
+    )
 
     def batches(pairs, **kwargs):
-        return make_dataset(pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length,
-                            bucket_boundaries=data.bucket_boundaries, **kwargs)
+        return make_dataset(
+            pairs,
+            tokenizer,
+            batch_tokens=options.batch_tokens,
+            max_length=max_length,
+            bucket_boundaries=data.bucket_boundaries,
+            **kwargs,
+        )
 
     try:
         interrupted.check()
         if data.sampling_alpha is None:
-            train_input = BatchPlan(train_pairs, tokenizer, batch_tokens=options.batch_tokens, max_length=max_length,
-                                    bucket_boundaries=data.bucket_boundaries, seed=options.seed, interrupted=interrupted)
+            train_input = BatchPlan(
+                train_pairs,
+                tokenizer,
+                batch_tokens=options.batch_tokens,
+                max_length=max_length,
+                bucket_boundaries=data.bucket_boundaries,
+                seed=options.seed,
+                interrupted=interrupted,
+            )
             padding = padding_fraction(train_input.dataset(0), num_batches=50)
         else:
-            def train_input(input_context):  # new segmentations on every pass: not plannable, replayed on resume
-                return batches(train_pairs, seed=options.seed, repeat=True, input_context=input_context,
-                               sampling_alpha=data.sampling_alpha)
 
-            padding = padding_fraction(batches(train_pairs, seed=options.seed, sampling_alpha=data.sampling_alpha),
-                                       num_batches=50)
+            def train_input(
+                input_context,
+            ):  # new segmentations on every pass: not plannable, replayed on resume
+                return batches(
+                    train_pairs,
+                    seed=options.seed,
+                    repeat=True,
+                    input_context=input_context,
+                    sampling_alpha=data.sampling_alpha,
+                )
+
+            padding = padding_fraction(
+                batches(train_pairs, seed=options.seed, sampling_alpha=data.sampling_alpha),
+                num_batches=50,
+            )
         interrupted.check()
     except InterruptedError:
-        logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
+        logging.warning(
+            "Stopped by SIGTERM during start-up, before any update; no checkpoint was written."
+        )
         return None, {"preempted": True, "step": None, "checkpoint": _latest_or_none(model_dir)}
     if chief:
-        if not fs.exists(config_path(model_dir)):  # the first start's config is kept, but for the data it reads now
-            write_run_config(model_dir, config, options, {"data": dataclasses.asdict(data), FINGERPRINT: fingerprint})
+        if not fs.exists(
+            config_path(model_dir)
+        ):  # the first start's config is kept, but for the data it reads now
+            write_run_config(
+                model_dir,
+                config,
+                options,
+                {"data": dataclasses.asdict(data), FINGERPRINT: fingerprint},
+            )
         elif record_fingerprint:
-            write_run_payload(model_dir, {**read_run_config(model_dir)[1], FINGERPRINT: fingerprint})
+            write_run_payload(
+                model_dir, {**read_run_config(model_dir)[1], FINGERPRINT: fingerprint}
+            )
     logging.info("Padding fraction of training batches: %.3f", padding)
     trainer = Trainer(config, model_dir, options, strategy, lease=lease)
-    trainer.restore(repair=True)  # every worker (they compare what they restored); the chief may set damage aside
+    trainer.restore(
+        repair=True
+    )  # every worker (they compare what they restored); the chief may set damage aside
     if lease is not None:
         lease.stop_heartbeat()
     if termination.received:
-        logging.warning("Stopped by SIGTERM during start-up, before any update; no checkpoint was written.")
-        return None, {"preempted": True, "step": None, "checkpoint": trainer.manager.latest_checkpoint}
+        logging.warning(
+            "Stopped by SIGTERM during start-up, before any update; no checkpoint was written."
+        )
+        return None, {
+            "preempted": True,
+            "step": None,
+            "checkpoint": trainer.manager.latest_checkpoint,
+        }
     if chief:  # the step restored, not the state file's latest
-        record_start(model_dir, {**payload, FINGERPRINT: fingerprint, "time": time.time(),
-                                 "replicas": strategy.num_replicas_in_sync, "step": trainer.step})
-    results = trainer.train(train_input, batches(val_pairs, shuffle=False), padding_fraction=padding,
-                            termination=termination)
+        record_start(
+            model_dir,
+            {
+                **payload,
+                FINGERPRINT: fingerprint,
+                "time": time.time(),
+                "replicas": strategy.num_replicas_in_sync,
+                "step": trainer.step,
+            },
+        )
+    results = trainer.train(
+        train_input,
+        batches(val_pairs, shuffle=False),
+        padding_fraction=padding,
+        termination=termination,
+    )
     results.update(
         padding_fraction=padding,
         model_dir=str(model_dir),

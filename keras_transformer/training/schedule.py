@@ -73,7 +73,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def paper_optimizer(hidden_dim, warmup_steps=4000, scale=1.0, precision="float32", decay="rsqrt", train_steps=None):
+def paper_optimizer(
+    hidden_dim, warmup_steps=4000, scale=1.0, precision="float32", decay="rsqrt", train_steps=None
+):
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) with `TransformerSchedule` (section 5.3).
 
     Under `mixed_float16` the optimizer is wrapped in a `LossScaleOptimizer`.

@@ -50,4 +50,6 @@ def is_chief(strategy):
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type in (None, "chief"):
         return True
-    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    return (
+        task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    )

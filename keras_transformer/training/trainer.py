@@ -35,14 +35,26 @@ from keras_transformer.training.checkpoints import (
     save_checkpoint,
 )
 from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
-from keras_transformer.training.options import ON_NONFINITE, PRECISIONS, DivergenceError, TrainOptions
+from keras_transformer.training.options import (
+    ON_NONFINITE,
+    PRECISIONS,
+    DivergenceError,
+    TrainOptions,
+)
 from keras_transformer.training.position import resumable
 from keras_transformer.training.progress import ProgressMeter, TerminationSignal, format_seconds
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.update import UpdateStep
 
-__all__ = ["ON_NONFINITE", "PRECISIONS", "DivergenceError", "TrainOptions", "Trainer", "write_run_config"]
+__all__ = [
+    "ON_NONFINITE",
+    "PRECISIONS",
+    "DivergenceError",
+    "TrainOptions",
+    "Trainer",
+    "write_run_config",
+]
 
 
 class Trainer:
@@ -80,8 +92,15 @@ class Trainer:
     {'step': 120, 'skipped_steps': 0}
     """
 
-    def __init__(self, config: TransformerConfig, model_dir, options: TrainOptions = TrainOptions(), strategy=None,
-                 optimizer=None, lease=None):
+    def __init__(
+        self,
+        config: TransformerConfig,
+        model_dir,
+        options: TrainOptions = TrainOptions(),
+        strategy=None,
+        optimizer=None,
+        lease=None,
+    ):
         require_tensorflow("Training (training.Trainer)")
         self.lease = lease
         self.config = config
@@ -90,7 +109,11 @@ class Trainer:
         self.model_dir = fs.as_path(model_dir)
         self.chief = is_chief(self.strategy)
         # Non-chief workers of a multi-worker run write to a private temporary place.
-        self.write_dir = self.model_dir if self.chief else runs.worker_dir(self.model_dir, _task_id(self.strategy))
+        self.write_dir = (
+            self.model_dir
+            if self.chief
+            else runs.worker_dir(self.model_dir, _task_id(self.strategy))
+        )
         with self.strategy.scope():
             self.model = Transformer(config, dtype=options.precision)
             if config.word_positions:
@@ -122,7 +145,8 @@ class Trainer:
         if self.keep_checkpoints < config.average_checkpoints:
             logging.warning(
                 "keep_checkpoints=%d is fewer than the %d checkpoints the recipe averages (average_checkpoints)",
-                self.keep_checkpoints, config.average_checkpoints,
+                self.keep_checkpoints,
+                config.average_checkpoints,
             )
         self.manager = checkpoint_manager(
             self.checkpoint,
@@ -131,9 +155,18 @@ class Trainer:
             step_counter=self.optimizer.iterations,
             checkpoint_name=runs.CHECKPOINT_PREFIX,
         )
-        self._restored_to_train = False  # restored by `train` (or `restore(repair=True)`), every worker alike
-        self._update = UpdateStep(self.model, self.optimizer, self.strategy, config.label_smoothing, options,
-                                  self._batches_drawn, self._skipped_steps)
+        self._restored_to_train = (
+            False  # restored by `train` (or `restore(repair=True)`), every worker alike
+        )
+        self._update = UpdateStep(
+            self.model,
+            self.optimizer,
+            self.strategy,
+            config.label_smoothing,
+            options,
+            self._batches_drawn,
+            self._skipped_steps,
+        )
         self._evaluate_batch = _evaluation_step(self.model, config.label_smoothing)
 
     # --- state ---
@@ -158,11 +191,23 @@ class Trainer:
         only reads a run (an evaluation) never moves its files.
         """
         self._restored_to_train = repair
-        path = restore_newest_readable(self.checkpoint, runs.checkpoint_dir(self.model_dir),
-                                       self.manager if repair and self.chief else None, restore=_restore)
-        check_workers_restored_alike(self.strategy, path, self.optimizer.iterations,
-                                     [*self.model.weights, *self.optimizer.variables, self._batches_drawn,
-                                      self._skipped_steps])
+        path = restore_newest_readable(
+            self.checkpoint,
+            runs.checkpoint_dir(self.model_dir),
+            self.manager if repair and self.chief else None,
+            restore=_restore,
+        )
+        check_workers_restored_alike(
+            self.strategy,
+            path,
+            self.optimizer.iterations,
+            [
+                *self.model.weights,
+                *self.optimizer.variables,
+                self._batches_drawn,
+                self._skipped_steps,
+            ],
+        )
         if path:
             logging.info("Restored %s at step %d", path, self.step)
         return path
@@ -173,7 +218,11 @@ class Trainer:
         Raises:
             DivergenceError: a weight is not finite; nothing is written.
         """
-        bad = [v.path for v in self.model.weights if "float" in str(v.dtype) and not bool(tf.reduce_all(tf.math.is_finite(v)))]
+        bad = [
+            v.path
+            for v in self.model.weights
+            if "float" in str(v.dtype) and not bool(tf.reduce_all(tf.math.is_finite(v)))
+        ]
         if bad:
             raise DivergenceError(
                 f"Not saving step {self.step}: non-finite values in {', '.join(bad[:3])}"
@@ -200,7 +249,14 @@ class Trainer:
 
     # --- the loop ---
 
-    def train(self, train_input, validation_dataset=None, padding_fraction=None, until_step=None, termination=None):
+    def train(
+        self,
+        train_input,
+        validation_dataset=None,
+        padding_fraction=None,
+        until_step=None,
+        termination=None,
+    ):
         """Train until the config's `train_steps` updates (or `until_step`).
 
         The first call resumes from the newest readable checkpoint in `model_dir`
@@ -257,10 +313,16 @@ class Trainer:
             while self.step < last_step:
                 step = self.step
                 # One call never crosses a point where the host logs, saves or validates.
-                points = [last_step, _next_multiple(step, options.log_every), _next_multiple(step, options.checkpoint_every)]
+                points = [
+                    last_step,
+                    _next_multiple(step, options.log_every),
+                    _next_multiple(step, options.checkpoint_every),
+                ]
                 if validation_dataset is not None and options.eval_every:
                     points.append(_next_multiple(step, options.eval_every))
-                call = self._update(iterator, min(options.steps_per_execution, min(points) - step), signal.received)
+                call = self._update(
+                    iterator, min(options.steps_per_execution, min(points) - step), signal.received
+                )
                 step = self.step
                 meter.add(float(call["loss_sum"]), float(call["tokens"]))
                 if call["skipped"]:
@@ -268,23 +330,39 @@ class Trainer:
                 if call["diverged"]:
                     self._diverged(call, step + 1)
                 if call["applied"] and (step % options.log_every == 0 or step == last_step):
-                    results.update(self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction))
+                    results.update(
+                        self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction)
+                    )
                 if call["stop"]:
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
                     logging.warning(message)
-                    results.update(step=step, preempted=True, checkpoint=path, skipped_steps=self.skipped_steps)
+                    results.update(
+                        step=step, preempted=True, checkpoint=path, skipped_steps=self.skipped_steps
+                    )
                     return results
                 if not call["applied"]:
                     continue
                 if step % options.checkpoint_every == 0:
                     self.save()
-                if validation_dataset is not None and options.eval_every and step % options.eval_every == 0:
-                    results.update(self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step))
-        if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(f"-{self.step}"):
+                if (
+                    validation_dataset is not None
+                    and options.eval_every
+                    and step % options.eval_every == 0
+                ):
+                    results.update(
+                        self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step)
+                    )
+        if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(
+            f"-{self.step}"
+        ):
             self.save()
-        if validation_dataset is not None and (not options.eval_every or self.step % options.eval_every):
-            results.update(self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step))
+        if validation_dataset is not None and (
+            not options.eval_every or self.step % options.eval_every
+        ):
+            results.update(
+                self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step)
+            )
         for writer in writers.values():
             writer.flush()
         results.update(step=self.step, skipped_steps=self.skipped_steps)
@@ -292,11 +370,17 @@ class Trainer:
 
     def _report_skips(self, call, step):
         """Updates were dropped for a non-finite loss or gradient: a warning (TensorBoard gets the count at each log)."""
-        scale = f"; loss scale now {float(call['loss_scale']):g}" if self._update.loss_scaled else ""
+        scale = (
+            f"; loss scale now {float(call['loss_scale']):g}" if self._update.loss_scaled else ""
+        )
         logging.warning(
             "Skipped %d update(s) after step %d: non-finite %s (last loss %s)%s; %d skipped so far",
-            int(call["skipped"]), step, "loss" if call["last_bad_loss"] else "gradients", float(call["last_loss"]),
-            scale, self.skipped_steps,
+            int(call["skipped"]),
+            step,
+            "loss" if call["last_bad_loss"] else "gradients",
+            float(call["last_loss"]),
+            scale,
+            self.skipped_steps,
         )
 
     def _diverged(self, call, step):
@@ -325,15 +409,25 @@ class Trainer:
             tf.summary.scalar("tokens_per_second", rate)
             tf.summary.scalar("skipped_steps", self.skipped_steps)
             if self._update.loss_scaled:
-                tf.summary.scalar("loss_scale", float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale)))
+                tf.summary.scalar(
+                    "loss_scale", float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale))
+                )
             if padding_fraction is not None:
                 tf.summary.scalar("padding_fraction", padding_fraction)
         if self.options.progress:
-            meter.progress.update(step, [("loss", loss), ("lr", lr), ("tok/s", rate), ("skipped", self.skipped_steps)])
+            meter.progress.update(
+                step, [("loss", loss), ("lr", lr), ("tok/s", rate), ("skipped", self.skipped_steps)]
+            )
         else:
             logging.info(
                 "step %d/%d loss %.4f lr %.3g %.0f tok/s skipped %d ETA %s",
-                step, meter.train_steps, loss, lr, rate, self.skipped_steps, format_seconds(eta),
+                step,
+                meter.train_steps,
+                loss,
+                lr,
+                rate,
+                self.skipped_steps,
+                format_seconds(eta),
             )
         return {"loss": loss, "tokens_per_second": rate}
 
@@ -343,13 +437,21 @@ class Trainer:
             with writer.as_default(step=step):
                 tf.summary.scalar("loss", metrics["val_loss"])
                 tf.summary.scalar("perplexity", metrics["val_perplexity"])
-        logging.info("step %d validation loss %.4f perplexity %.2f", step, metrics["val_loss"], metrics["val_perplexity"])
+        logging.info(
+            "step %d validation loss %.4f perplexity %.2f",
+            step,
+            metrics["val_loss"],
+            metrics["val_perplexity"],
+        )
         return metrics
 
 
 def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions, extra=None):
     """Write the run's config (model config, training options, data settings) into its directory."""
-    runs.write_run_config(model_dir, {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})})
+    runs.write_run_config(
+        model_dir,
+        {"model": config.to_dict(), "training": dataclasses.asdict(options), **(extra or {})},
+    )
 
 
 def _word_kinds(model_dir):
@@ -359,7 +461,9 @@ def _word_kinds(model_dir):
 
     path = runs.tokenizer_path(model_dir)
     if not fs.exists(path):
-        raise FileNotFoundError(f"word_positions=True needs the run's tokenizer at {path}, with the tree symbols")
+        raise FileNotFoundError(
+            f"word_positions=True needs the run's tokenizer at {path}, with the tree symbols"
+        )
     return word_kinds(Tokenizer(path))
 
 
@@ -383,11 +487,16 @@ def _restore(checkpoint, path):
     updates drawn from a stream) restores everything else, and its input starts anew."""
     # The reader of the prefix itself: `tf.train.load_checkpoint` first asks whether the path is a
     # directory, which on `ram://` any prefix of a file name is.
-    if tf.compat.v1.train.NewCheckpointReader(str(path)).has_tensor("batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"):
+    if tf.compat.v1.train.NewCheckpointReader(str(path)).has_tensor(
+        "batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"
+    ):
         checkpoint.restore(path).assert_existing_objects_matched()
         return
     checkpoint.restore(path).expect_partial()
-    logging.warning("%s holds no input position (an older checkpoint): its input starts from the first batch", path)
+    logging.warning(
+        "%s holds no input position (an older checkpoint): its input starts from the first batch",
+        path,
+    )
 
 
 def _next_multiple(step, every):

@@ -40,22 +40,37 @@ class UpdateStep:
         skipped_steps: int64 variable counting skipped updates.
     """
 
-    def __init__(self, model, optimizer, strategy, label_smoothing, options, batches_drawn, skipped_steps):
-        self.model, self.optimizer, self.strategy, self.options = model, optimizer, strategy, options
+    def __init__(
+        self, model, optimizer, strategy, label_smoothing, options, batches_drawn, skipped_steps
+    ):
+        self.model, self.optimizer, self.strategy, self.options = (
+            model,
+            optimizer,
+            strategy,
+            options,
+        )
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.batches_drawn, self.skipped_steps = batches_drawn, skipped_steps
-        self.consecutive_skips = tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips")
+        self.consecutive_skips = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="consecutive_skips"
+        )
         self._accumulators = None
         if options.accum_steps > 1:
             with strategy.scope():
-                self._accumulators = [self._local_sum(tf.zeros(v.shape, "float32")) for v in model.trainable_variables]
-                self._accumulated = self._local_sum(tf.zeros([STOP], "float32"))  # loss, tokens, bad gradient, bad loss
+                self._accumulators = [
+                    self._local_sum(tf.zeros(v.shape, "float32")) for v in model.trainable_variables
+                ]
+                self._accumulated = self._local_sum(
+                    tf.zeros([STOP], "float32")
+                )  # loss, tokens, bad gradient, bad loss
         variables = model.trainable_variables
 
         @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
         def gradients(inputs, labels):
             with tf.GradientTape() as tape:
-                labels, logits = labels_and_logits(model, inputs, labels, training=True)  # (N, V) float32
+                labels, logits = labels_and_logits(
+                    model, inputs, labels, training=True
+                )  # (N, V) float32
                 loss_sum, tokens = label_smoothed_nll(labels, logits, label_smoothing)
                 scaled = optimizer.scale_loss(loss_sum) if self.loss_scaled else loss_sum
             return tape.gradient(scaled, variables), loss_sum, tokens
@@ -65,12 +80,18 @@ class UpdateStep:
 
     @staticmethod
     def _local_sum(value):
-        return tf.Variable(value, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.SUM)
+        return tf.Variable(
+            value,
+            trainable=False,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
 
     def __call__(self, iterator, num_updates, stop_flag):
         """Run up to `num_updates` updates; returns a dict of numpy scalars (see `_run`)."""
-        results = self._function(iterator, tf.constant(num_updates, tf.int64), tf.constant(float(stop_flag)))
+        results = self._function(
+            iterator, tf.constant(num_updates, tf.int64), tf.constant(float(stop_flag))
+        )
         return {name: value.numpy() for name, value in results.items()}
 
     # --- replica functions ---
@@ -78,8 +99,14 @@ class UpdateStep:
     def _local_values(self, grads, loss_sum, tokens):
         """`[loss sum, tokens, bad gradient, bad loss]` of this replica."""
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        return tf.stack([loss_sum, tokens, 1.0 - tf.cast(finite, tf.float32),
-                         1.0 - tf.cast(tf.math.is_finite(loss_sum), tf.float32)])
+        return tf.stack(
+            [
+                loss_sum,
+                tokens,
+                1.0 - tf.cast(finite, tf.float32),
+                1.0 - tf.cast(tf.math.is_finite(loss_sum), tf.float32),
+            ]
+        )
 
     def _replica_gradients(self, batch, stop_flag):
         inputs, labels = batch
@@ -109,7 +136,8 @@ class UpdateStep:
     def _replica_apply(self, grads, tokens):
         # Sum over the replicas' gradients (done by the optimizer) / all real tokens.
         self.optimizer.apply_gradients(
-            zip([g / tf.maximum(tokens, 1.0) for g in grads], self.model.trainable_variables))
+            zip([g / tf.maximum(tokens, 1.0) for g in grads], self.model.trainable_variables)
+        )
 
     def _replica_reset(self):
         for accumulator in self._accumulators:
@@ -148,7 +176,9 @@ class UpdateStep:
         if applied:
             return tf.constant(False)
         scale_skip = tf.logical_and(tf.constant(self.loss_scaled), totals[BAD_LOSS] == 0.0)
-        stop_now = tf.logical_and(tf.constant(self.options.on_nonfinite == "stop"), tf.logical_not(scale_skip))
+        stop_now = tf.logical_and(
+            tf.constant(self.options.on_nonfinite == "stop"), tf.logical_not(scale_skip)
+        )
         return tf.logical_or(stop_now, self.consecutive_skips >= self.options.max_consecutive_skips)
 
     def _run(self, iterator, num_updates, stop_flag):
@@ -173,6 +203,15 @@ class UpdateStep:
             if tf.logical_or(diverged, stop):
                 break
         scale = self.optimizer.dynamic_scale if self.loss_scaled else tf.constant(1.0)
-        return {"loss_sum": loss_sum, "tokens": tokens, "applied": applied_count, "skipped": skipped_count,
-                "last_loss": last[LOSS], "last_bad_gradient": last[BAD_GRADIENT], "last_bad_loss": last[BAD_LOSS],
-                "diverged": diverged, "stop": stop, "loss_scale": tf.cast(scale, tf.float32)}
+        return {
+            "loss_sum": loss_sum,
+            "tokens": tokens,
+            "applied": applied_count,
+            "skipped": skipped_count,
+            "last_loss": last[LOSS],
+            "last_bad_gradient": last[BAD_GRADIENT],
+            "last_bad_loss": last[BAD_LOSS],
+            "diverged": diverged,
+            "stop": stop,
+            "loss_scale": tf.cast(scale, tf.float32),
+        }

@@ -67,7 +67,9 @@ class AttentionMaps:
         return self.target_pieces, self.source_pieces
 
 
-def attention_maps(model, tokenizer, source, target=None, target_ids=None, translator=None, max_source_length=None):
+def attention_maps(
+    model, tokenizer, source, target=None, target_ids=None, translator=None, max_source_length=None
+):
     """Attention weights of every layer and head for one source sentence and its translation.
 
     Args:
@@ -104,12 +106,16 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
     source_ids = encode_source(tokenizer, [source], max_source_length)  # (1, S)
     if target_ids is None:
         if target is not None:
-            target_ids = [int(i) for i in tokenizer.tokenize(tf.constant([target])).to_list()[0]] + [EOS_ID]
+            target_ids = [
+                int(i) for i in tokenizer.tokenize(tf.constant([target])).to_list()[0]
+            ] + [EOS_ID]
         else:
             if translator is None:
                 from keras_transformer.decoding.translator import Translator
 
-                translator = Translator(model, tokenizer, "greedy", max_source_length=max_source_length)
+                translator = Translator(
+                    model, tokenizer, "greedy", max_source_length=max_source_length
+                )
             target_ids = translator.output_ids([source])[0]
     target_ids = [int(i) for i in target_ids if int(i) != PAD_ID]
     if not target_ids:
@@ -119,10 +125,13 @@ def attention_maps(model, tokenizer, source, target=None, target_ids=None, trans
     encoder_scores = model.encoder_attention_scores(source_ids)
     encoder_outputs, source_mask = model.encode(source_ids)
     extra = {}
-    if getattr(model, "uses_word_window", False):  # config.word_window: the source's word of each piece
+    if getattr(
+        model, "uses_word_window", False
+    ):  # config.word_window: the source's word of each piece
         extra["source_word_positions"] = model.source_word_positions(source_ids)
-    _, decoder_scores = model.decode(decoder_inputs, encoder_outputs, source_mask, return_attention_scores=True,
-                                     **extra)
+    _, decoder_scores = model.decode(
+        decoder_inputs, encoder_outputs, source_mask, return_attention_scores=True, **extra
+    )
 
     def to_numpy(tensor):
         return np.asarray(tensor, np.float32)[0]
@@ -191,7 +200,9 @@ def plot_attention_heads(
 
     scores = np.asarray(scores, np.float32)
     if scores.ndim != 3:
-        raise ValueError(f"scores must have shape (heads, queries, keys). Received: shape={scores.shape}")
+        raise ValueError(
+            f"scores must have shape (heads, queries, keys). Received: shape={scores.shape}"
+        )
     num_heads, num_rows, num_columns = scores.shape
     if len(row_labels) != num_rows or len(column_labels) != num_columns:
         raise ValueError(
@@ -202,7 +213,9 @@ def plot_attention_heads(
     # A Figure not registered with pyplot renders with the Agg canvas: no backend switch,
     # no screen, no global figure registry (freed with the object).
     figure = Figure(
-        figsize=figure_size(num_heads, num_rows, num_columns, cell_size, max_columns), dpi=dpi, layout="constrained"
+        figsize=figure_size(num_heads, num_rows, num_columns, cell_size, max_columns),
+        dpi=dpi,
+        layout="constrained",
     )
     axes = figure.subplots(grid_rows, grid_columns, squeeze=False)
     font_size = 8 if max(num_rows, num_columns) <= 30 else 6
@@ -211,7 +224,14 @@ def plot_attention_heads(
         if head >= num_heads:
             ax.set_axis_off()
             continue
-        image = ax.imshow(scores[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        image = ax.imshow(
+            scores[head],
+            cmap="viridis",
+            vmin=0.0,
+            vmax=1.0,
+            aspect="equal",
+            interpolation="nearest",
+        )
         ax.set_title(f"head {head}", fontsize=9)
         ax.set_xticks(range(num_columns))
         ax.set_xticklabels(column_labels, rotation=90, fontsize=font_size)
@@ -249,7 +269,9 @@ def plot_attention(maps, output_dir, prefix="attention", kinds=KINDS, layers=Non
         indices = range(len(layer_maps)) if layers is None else layers
         for index in indices:
             if not 0 <= index < len(layer_maps):
-                raise ValueError(f"layer {index} does not exist: the model has {len(layer_maps)} {kind} layers")
+                raise ValueError(
+                    f"layer {index} does not exist: the model has {len(layer_maps)} {kind} layers"
+                )
             row_title, column_title = {
                 "encoder": ("source (query)", "source (key)"),
                 "decoder": ("output piece (query)", "decoder input (key)"),
@@ -259,7 +281,14 @@ def plot_attention(maps, output_dir, prefix="attention", kinds=KINDS, layers=Non
             title = f"{_KIND_TITLES[kind]}, layer {index}: {maps.source} → {maps.translation}"
             paths.append(
                 plot_attention_heads(
-                    layer_maps[index], row_labels, column_labels, path, title, row_title, column_title, dpi=dpi
+                    layer_maps[index],
+                    row_labels,
+                    column_labels,
+                    path,
+                    title,
+                    row_title,
+                    column_title,
+                    dpi=dpi,
                 )
             )
     return paths

@@ -66,7 +66,9 @@ def read_scalars(log_dir):
             ]
     result = {}
     for tag, events in series.items():
-        by_step = {int(step): (wall_time, value) for step, wall_time, value in events}  # the last read wins
+        by_step = {
+            int(step): (wall_time, value) for step, wall_time, value in events
+        }  # the last read wins
         steps = sorted(by_step)
         result[tag] = Scalars(
             np.array(steps, np.int64),
@@ -102,10 +104,15 @@ def write_scalar_events(log_dir, records):
     first = records[0][1] if records else 0.0
     path = fs.join(log_dir, f"events.out.tfevents.{int(first)}.{socket.gethostname()}")
     with fs.os_errors(path), tf.io.TFRecordWriter(str(path)) as writer:
-        writer.write(tf.compat.v1.Event(wall_time=first, file_version="brain.Event:2").SerializeToString())
+        writer.write(
+            tf.compat.v1.Event(wall_time=first, file_version="brain.Event:2").SerializeToString()
+        )
         for step, wall_time, values in records:
             summary = tf.compat.v1.Summary(
-                value=[tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()]
+                value=[
+                    tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+                    for tag, value in values.items()
+                ]
             )
             event = tf.compat.v1.Event(wall_time=float(wall_time), step=int(step), summary=summary)
             writer.write(event.SerializeToString())
@@ -138,8 +145,12 @@ def run_pauses(model_dir, scalars=None):
     []
     """
     scalars = read_run_scalars(model_dir) if scalars is None else scalars
-    times = np.sort(np.concatenate([np.zeros(0)] + [series.wall_times for logs in scalars.values()
-                                                    for series in logs.values()]))
+    times = np.sort(
+        np.concatenate(
+            [np.zeros(0)]
+            + [series.wall_times for logs in scalars.values() for series in logs.values()]
+        )
+    )
     pauses = []
     for start in runs.read_starts(model_dir):
         before = times[times < start["time"]]
@@ -167,7 +178,9 @@ def run_start(model_dir, scalars=None):
     if starts:
         return float(starts[0]["time"])
     scalars = read_run_scalars(model_dir) if scalars is None else scalars
-    firsts = [series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)]
+    firsts = [
+        series.wall_times[0] for logs in scalars.values() for series in logs.values() if len(series)
+    ]
     if not firsts:
         raise ValueError(f"{model_dir} records no start, and its TensorBoard logs hold no scalars")
     return float(min(firsts))
@@ -176,21 +189,37 @@ def run_start(model_dir, scalars=None):
 def without_pauses(wall_times, pauses):
     """`wall_times` (seconds since the epoch) less every pause of `pauses` (`run_pauses`) that began before them."""
     wall_times = np.asarray(wall_times, dtype=np.float64)
-    return wall_times - sum(((wall_times >= resumed_at) * seconds for resumed_at, seconds in pauses), 0.0)
+    return wall_times - sum(
+        ((wall_times >= resumed_at) * seconds for resumed_at, seconds in pauses), 0.0
+    )
 
 
 PANELS = (
-    ("loss", ((runs.TRAIN_LOG, "loss", "training loss"), (runs.VALIDATION_LOG, "loss", "validation loss")),
-     "loss (label-smoothed)"),
+    (
+        "loss",
+        (
+            (runs.TRAIN_LOG, "loss", "training loss"),
+            (runs.VALIDATION_LOG, "loss", "validation loss"),
+        ),
+        "loss (label-smoothed)",
+    ),
     ("learning rate", ((runs.TRAIN_LOG, "learning_rate", "learning rate"),), "learning rate"),
-    ("validation BLEU", ((runs.CHECKPOINT_SCORES_LOG, "bleu", "BLEU"), (runs.CHECKPOINT_SCORES_LOG, "chrf", "chrF")),
-     "score"),
+    (
+        "validation BLEU",
+        (
+            (runs.CHECKPOINT_SCORES_LOG, "bleu", "BLEU"),
+            (runs.CHECKPOINT_SCORES_LOG, "chrf", "chrF"),
+        ),
+        "score",
+    ),
     ("throughput", ((runs.TRAIN_LOG, "tokens_per_second", "tokens / s"),), "target tokens / s"),
 )
 """The panels of `plot_training_curves`: (title, ((log, tag, legend), ...), y label)."""
 
 
-def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0), skip_pauses=False, scalars=None):
+def plot_training_curves(
+    model_dir, path, title=None, dpi=100, figsize=(17.0, 7.0), skip_pauses=False, scalars=None
+):
     """Plot loss, validation loss, learning rate, validation BLEU and throughput against step and wall time.
 
     The top row has the training step on the x axis, the bottom row the wall-clock time
@@ -239,15 +268,29 @@ def plot_training_curves(model_dir, path, title=None, dpi=100, figsize=(17.0, 7.
                 series = scalars[log].get(tag)
                 if series is None or not len(series):
                     continue
-                x = series.steps if row == 0 else (without_pauses(series.wall_times, pauses) - start) / 60.0
+                x = (
+                    series.steps
+                    if row == 0
+                    else (without_pauses(series.wall_times, pauses) - start) / 60.0
+                )
                 marker = "o" if log != "train" or len(series) < 20 else None
                 ax.plot(x, series.values, marker=marker, markersize=4, label=legend)
                 plotted = True
             if not plotted:
-                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+                ax.text(
+                    0.5,
+                    0.5,
+                    "not logged",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    color="gray",
+                )
             ax.set_xlabel(x_name)
             ax.set_ylabel(y_label)
-            ax.set_title(f"{panel_title} vs {'step' if row == 0 else time_axis.split(' (')[0]}", fontsize=10)
+            ax.set_title(
+                f"{panel_title} vs {'step' if row == 0 else time_axis.split(' (')[0]}", fontsize=10
+            )
             ax.grid(True, alpha=0.3)
             if plotted and len(curves) > 1:
                 ax.legend(fontsize=8)

@@ -63,6 +63,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 import tempfile
 from pathlib import Path
 
+import keras  # noqa: E402,I001  (after keras_transformer, see above)
+import tensorflow as tf  # noqa: E402,I001
 from absl import app, flags
 
 from keras_transformer import (
@@ -75,15 +77,12 @@ from keras_transformer.benchmark.attention_scaling import (
     plot_scaling,
 )
 from keras_transformer.benchmark.peaks import cpu_flags
+from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.profile import profile_run, training_profile
 from keras_transformer.benchmark.report import format_table, plot_ratios
-from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
 from keras_transformer.models.transformer import Transformer
-
-import keras  # noqa: E402,I001  (after keras_transformer, see above)
-import tensorflow as tf  # noqa: E402,I001
 
 cli.define_config_flags("small")
 cli.define_multi30k_flags()

@@ -158,7 +158,7 @@ def _train(termination):
         except ValueError:
             raise app.UsageError(
                 f"--bucket_boundaries must be integers. Received: {','.join(FLAGS.bucket_boundaries)}"
-            )
+            ) from None
     try:
         data = DataOptions(
             FLAGS.dataset,
@@ -170,7 +170,7 @@ def _train(termination):
             sampling_alpha=FLAGS.sampling_alpha,
         )
     except ValueError as err:
-        raise app.UsageError(f"--sampling_alpha: {err}")
+        raise app.UsageError(f"--sampling_alpha: {err}") from None
     options = TrainOptions(
         batch_tokens=FLAGS.batch_tokens,
         accum_steps=FLAGS.accum_steps,

@@ -44,7 +44,7 @@ from keras_transformer.layers import (  # noqa: E402
     padding_mask,
     scaled_dot_product_attention,
 )
-from keras_transformer.models import PRESETS, Transformer, TransformerConfig, get_preset
+from keras_transformer.models import PRESETS, Transformer, TransformerConfig, get_preset  # noqa: E402
 
 __version__ = "0.1.0"
 

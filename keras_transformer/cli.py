@@ -13,6 +13,12 @@ import typing
 
 from absl import app, flags, logging
 
+from keras_transformer.backends import require_tensorflow
+from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
+from keras_transformer.data.sources import DATASETS, SPLITS
+from keras_transformer.decoding.options import METHODS, SearchOptions
+from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
+
 # What a user's mistake or the user's storage raises (a missing run directory or file, a
 # bad value, an export version that exists, a diverged run, an unreadable checkpoint, a full
 # disk or an unreachable bucket — every OSError): reported in one line, without a traceback.
@@ -24,12 +30,6 @@ USER_ERRORS = (ValueError, OSError, RuntimeError)
 # end through no fault of the run, preempted (SIGTERM, also during start-up) or its run
 # directory owned by another live process: the same command, run again, continues.
 FAILED, USAGE_ERROR, TRY_AGAIN = 1, 2, 75
-
-from keras_transformer.backends import require_tensorflow
-from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
-from keras_transformer.data.sources import DATASETS, SPLITS
-from keras_transformer.decoding.options import METHODS, SearchOptions
-from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
 
 
 def define_config_flags(default_preset="tiny", flag_values=flags.FLAGS):

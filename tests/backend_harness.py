@@ -90,7 +90,6 @@ from keras_transformer.layers.dropout import ReplicaDropout  # noqa: E402
 # (Keras itself imports it later, where installed, to serialize configs.)
 TENSORFLOW_IMPORTED_BY_THE_TOOLKIT = "tensorflow" in sys.modules
 
-from tests.scripts import TINY_MODEL  # noqa: E402
 from tests.layer_test_case import (  # noqa: E402
     LAYER_CASES,
     B,
@@ -107,6 +106,7 @@ from tests.layer_test_case import (  # noqa: E402
     random_floats,
     random_ids,
 )
+from tests.scripts import TINY_MODEL  # noqa: E402
 
 # Outputs of one backend and TensorFlow's on the same weights (float32).
 MAX_ABS_DIFF = 1e-5
@@ -921,7 +921,7 @@ def check_loss(recorder, out_dir):
     labels = random_ids(rng, LOSS_LENGTHS, length, vocabulary)
     for case, label_smoothing in LOSS_CASES.items():
         loss = LabelSmoothedCrossEntropy(label_smoothing)
-        value, gradient = value_and_gradient(lambda z: loss(labels, z), logits)
+        value, gradient = value_and_gradient(lambda z, loss=loss: loss(labels, z), logits)
         recorder.output(f"loss/{case}/value", value)
         recorder.output(f"loss/{case}/gradient", gradient)
         recorder.output(

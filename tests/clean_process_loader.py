@@ -15,17 +15,24 @@ import sys
 from importlib.metadata import version
 
 import tensorflow as tf
-
 from tensorflow.python.framework import op_def_registry
 
 core_only = {
     name: op_def_registry.get(name) is not None for name in ("SentencepieceOp", "ReadVariableOp")
 }
-load_sentencepiece_ops()
+load_sentencepiece_ops()  # noqa: F821 (defined by the prelude)
 
 case = json.loads(open(sys.argv[1]).read())
-unb64 = lambda items: [base64.b64decode(item) for item in items]
-b64 = lambda array: [base64.b64encode(item).decode("ascii") for item in array.tolist()]
+
+
+def unb64(items):
+    return [base64.b64decode(item) for item in items]
+
+
+def b64(array):
+    return [base64.b64encode(item).decode("ascii") for item in array.tolist()]
+
+
 loaded = tf.saved_model.load(case["export"])
 sig = loaded.signatures
 out = {

@@ -17,8 +17,8 @@ import inspect
 import json
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import keras
 import numpy as np
@@ -69,7 +69,7 @@ class LayerCase:
     call_kwargs: dict = dataclasses.field(default_factory=dict)
     # None: the layer's compute dtype. A string: a dtype the layer documents for its
     # output whatever the policy (e.g. float32 logits).
-    expected_output_dtype: Optional[str] = None
+    expected_output_dtype: str | None = None
 
     def inputs(self, seed=0):
         return self.make_inputs(np.random.default_rng(seed))

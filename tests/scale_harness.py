@@ -337,7 +337,7 @@ def dropout_case():
         inputs, _ = half_batch(0, 0)
 
         @tf.function
-        def forward():
+        def forward(model=model, inputs=inputs):
             return strategy().run(lambda: model(inputs, training=True))
 
         outputs.append(

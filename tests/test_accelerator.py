@@ -46,7 +46,7 @@ def test_training_and_benchmark_packages_import_their_tensorflow_parts_when_aske
     with pytest.raises(
         AttributeError, match="'keras_transformer.training' has no attribute 'Trainr'"
     ):
-        training.Trainr
+        _ = training.Trainr
 
 
 @pytest.fixture(scope="module")

@@ -194,7 +194,8 @@ def test_readers_name_the_damaged_checkpoint_in_one_line(trained_run, tmp_path):
 
 
 def test_unwritable_run_directory_is_reported_before_training(tmp_path, monkeypatch):
-    from keras_transformer.training import DataOptions, run as run_module, train_translation
+    from keras_transformer.training import DataOptions, train_translation
+    from keras_transformer.training import run as run_module
 
     monkeypatch.setattr(
         run_module, "load_pairs", lambda *args: pytest.fail("read the corpus before the check")

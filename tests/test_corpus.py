@@ -22,7 +22,7 @@ def _write_gz(path: Path, data: bytes) -> Path:
 
 
 def test_read_lines_plain_and_gzip_agree(tmp_path):
-    data = "first line\nsecond\tline  \n\nfourth\n".encode("utf-8")
+    data = b"first line\nsecond\tline  \n\nfourth\n"
     plain = tmp_path / "a.txt"
     plain.write_bytes(data)
     compressed = _write_gz(tmp_path / "a.txt.gz", data)

@@ -288,7 +288,7 @@ def test_score_checkpoints_scores_each_step_as_evaluate_run_would_have_then(trai
     assert averaged.step == 120 and averaged.scores == expected.scores
     assert averaged.scores.chrf != alone.scores.chrf
     with pytest.raises(
-        ValueError, match=rf"holds 1 up to step 120.*--keep_checkpoints >= 2"
+        ValueError, match=r"holds 1 up to step 120.*--keep_checkpoints >= 2"
     ) as error:
         score_checkpoints(trained_run, pairs, average_last=2, ensemble=[other], **search)
     assert str(other / "checkpoints") in str(error.value)
@@ -314,8 +314,7 @@ def test_translator_output_ids_and_scores(run_model):
 
 
 def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
-    from keras_transformer.export import TranslationModule
-    from keras_transformer.export import export_saved_model
+    from keras_transformer.export import TranslationModule, export_saved_model
 
     model, tokenizer, _ = run_model
     export = export_saved_model(

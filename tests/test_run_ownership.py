@@ -189,7 +189,7 @@ def _corpus(tmp_path, name="data"):
     train_src, train_tgt = _write_split(directory, "train", load_pairs("builtin", "train")[:2000])
     val_src, val_tgt = _write_split(directory, "val", load_pairs("builtin", "val")[:16])
     return [
-        f"--dataset=files",
+        "--dataset=files",
         f"--train_src={train_src}",
         f"--train_tgt={train_tgt}",
         f"--val_src={val_src}",

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import TRAINED_RUN_CONFIG, TRAINED_RUN_STEPS
 from keras_transformer import visualization
 from keras_transformer.visualization import (
     attention_maps,
@@ -20,6 +19,7 @@ from keras_transformer.visualization import (
     without_pauses,
     write_scalar_events,
 )
+from tests.conftest import TRAINED_RUN_CONFIG, TRAINED_RUN_STEPS
 
 NUM_LAYERS = TRAINED_RUN_CONFIG["num_encoder_layers"]
 NUM_HEADS = TRAINED_RUN_CONFIG["num_heads"]

@@ -127,8 +127,9 @@ def training_profile(models, config, batches, jit_compile=False, log=print):
         rounds=2,
     )
     results = {}
-    for name, step in steps.items():
-        # A new step (and optimizer) for the profile: `step` ran unprofiled (`fresh_op_times`).
+    for name in steps:
+        # A new step (and optimizer) for the profile: the timed step ran unprofiled
+        # (`fresh_op_times`).
         make_steps = functools.partial(_steps_of_new_step, models[name], config, batches)
         times = {} if jit_compile else fresh_op_times(make_steps, batches)[1]
         parts = collections.Counter()

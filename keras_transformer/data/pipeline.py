@@ -17,7 +17,7 @@ Data flow of :func:`make_dataset`::
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf

@@ -24,8 +24,9 @@ import io
 import os
 import random
 import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Union
 
 import sentencepiece as spm
 import tensorflow as tf

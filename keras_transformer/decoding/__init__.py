@@ -18,6 +18,7 @@ Example:
 >>> token_ids, scores = beam_search(model, [[5, 6, 7, 3]], beam_size=4, max_length=8)
 """
 
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.beam import beam_search, recompute_beam_search
 from keras_transformer.decoding.ensemble import Ensemble, EnsembleStep
 from keras_transformer.decoding.greedy import (
@@ -26,7 +27,6 @@ from keras_transformer.decoding.greedy import (
     recompute_greedy_search,
     sample,
 )
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.lengths import length_penalty
 from keras_transformer.decoding.options import METHODS, SEARCH_OPTIONS, SearchOptions
 from keras_transformer.decoding.parser import Parser

@@ -32,10 +32,10 @@ import math
 
 from keras import ops
 
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.decoding import selection
 from keras_transformer.decoding.greedy import check_backend
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.shortlist import OUTPUT_IDS
 from keras_transformer.decoding.steps import loop_shapes_may_change, make_step, search_loop

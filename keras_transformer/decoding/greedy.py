@@ -17,9 +17,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.backends import require_tensorflow
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding import lengths as lengths_lib
 from keras_transformer.decoding import selection
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding.steps import make_step, search_loop
 
 # 2^-24: turns 24 random bits into a float32 in (0, 1) exactly.

@@ -14,7 +14,6 @@ from keras_transformer.data.trees import delinearize, sentence_words
 from keras_transformer.decoding.translator import Translator, translate_in_batches
 from keras_transformer.decoding.tree_constraint import TreeConstraint
 
-
 LENGTH_FACTOR = 4
 """A sinusoidal model's longest source, in multiples of its `max_length` (see `Parser`)."""
 

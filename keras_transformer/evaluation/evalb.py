@@ -148,7 +148,7 @@ class EvalbParams:
                 raise ValueError(f"{where}: {line!r} has a key and no value")
             value = line[blank:].lstrip(_SPACE)  # not empty: trailing blanks are cut
 
-            def key(name):
+            def key(name, line=line):
                 return line.startswith(name) and line[len(name) : len(name) + 1] in ("", *_SPACE)
 
             if key("DEBUG") or key("MAX_ERROR") or key("CUTOFF_LEN") or key("LABELED"):

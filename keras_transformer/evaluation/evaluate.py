@@ -4,9 +4,9 @@ import dataclasses
 import time
 
 from keras_transformer import fs, runs
-from keras_transformer.evaluation.bleu import score_corpus
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.translator import SavedModelTranslator, Translator
+from keras_transformer.evaluation.bleu import score_corpus
 
 
 def default_tokenize(dataset):

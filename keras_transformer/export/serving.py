@@ -35,11 +35,11 @@ from absl import logging
 
 from keras_transformer import fs
 from keras_transformer.export import ops_check as ops_check_lib
-from keras_transformer.layers.checks import check_positive_int
-from keras_transformer.model_root import list_versions, next_version, publish_version
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
 from keras_transformer.export.translator import SIGNATURES
+from keras_transformer.layers.checks import check_positive_int
+from keras_transformer.model_root import list_versions, next_version, publish_version
 from keras_transformer.runs import read_run_config
 
 TOKENIZER_ASSET = "spm.model"

@@ -5,9 +5,9 @@ from keras_transformer.layers.decoder import DecoderBlock
 from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.masks import causal_mask, merge_masks, padding_mask
-from keras_transformer.layers.positional import PositionEmbedding, PositionalEncoding
+from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding
 from keras_transformer.layers.scaled_dot_product import (
     attention_weights,
     scaled_dot_product_attention,

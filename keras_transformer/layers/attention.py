@@ -10,10 +10,9 @@ H heads, Dk key/query width per head, Dv value width per head.
 import keras
 from keras import ops
 
-from keras_transformer.layers import attention_cache
+from keras_transformer.layers import attention_cache, quantization
 from keras_transformer.layers import masks as masks_lib
 from keras_transformer.layers import packing as packing_lib
-from keras_transformer.layers import quantization
 from keras_transformer.layers.checks import check_positive_int, check_rate
 from keras_transformer.layers.dropout import ReplicaDropout
 from keras_transformer.layers.scaled_dot_product import attention_weights

@@ -6,7 +6,6 @@ Names follow Keras (`hidden_dim` is the paper's d_model, `intermediate_dim` its 
 """
 
 import dataclasses
-from typing import Optional
 
 from keras_transformer.layers.checks import (
     check_non_negative_int,
@@ -116,18 +115,18 @@ class TransformerConfig:
     hidden_dim: int = 512
     intermediate_dim: int = 2048
     num_heads: int = 8
-    key_dim: Optional[int] = None
-    value_dim: Optional[int] = None
+    key_dim: int | None = None
+    value_dim: int | None = None
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    attention_window: Optional[int] = None
+    attention_window: int | None = None
     activation_dropout: float = 0.0
     activation: str = "relu"
     layer_norm_epsilon: float = 1e-6
     normalize_first: bool = False
     positional: str = "sinusoidal"
     word_positions: bool = False
-    word_window: Optional[int] = None
+    word_window: int | None = None
     max_length: int = 256
     share_embeddings: bool = True
     tie_output: bool = True

@@ -32,12 +32,11 @@ from keras_transformer.runs import (
 )
 from keras_transformer.runs import write_run_config as write_run_payload
 from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunLease
-from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.training.progress import TerminationSignal
 from keras_transformer.training.schedule import paper_optimizer
+from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.trainer import Trainer, write_run_config
-
 
 DEFAULT_TOKENIZER_WAIT = 7200.0
 """Seconds a non-chief worker waits for the chief's tokenizer (`--tokenizer_wait`): SentencePiece

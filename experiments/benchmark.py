@@ -63,14 +63,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 import tempfile
 from pathlib import Path
 
-import keras  # noqa: E402,I001  (after keras_transformer, see above)
-import tensorflow as tf  # noqa: E402,I001
 from absl import app, flags
 
-from keras_transformer import (
-    cli,
-    cpu_allocator,
-)  # first: it imports TensorFlow without the start-up log lines
+# First: keras_transformer imports TensorFlow without the start-up log lines.
+from keras_transformer import cli, cpu_allocator
 from keras_transformer.benchmark.attention_scaling import (
     attention_scaling,
     format_scaling_table,
@@ -83,6 +79,10 @@ from keras_transformer.benchmark.report import format_table, plot_ratios
 from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
 from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
 from keras_transformer.models.transformer import Transformer
+
+# isort: split
+import keras  # noqa: E402  (after keras_transformer, see above)
+import tensorflow as tf  # noqa: E402
 
 cli.define_config_flags("small")
 cli.define_multi30k_flags()

@@ -22,7 +22,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 import sys
 
-import tensorflow as tf  # noqa: E402,I001  (after keras_transformer, see above)
 from absl import app, flags
 
 from keras_transformer import cli, fs  # first: it imports TensorFlow without the start-up log lines
@@ -36,6 +35,9 @@ from keras_transformer.export import (
 )
 from keras_transformer.export.parser import ParsingModule, is_parsing_run
 from keras_transformer.runs import TOKENIZER_FILE, read_run_config
+
+# isort: split
+import tensorflow as tf  # noqa: E402  (after keras_transformer, see above)
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}

@@ -28,40 +28,13 @@ class MultiHeadAttention(keras.layers.Layer):
     shapes as `keras.layers.MultiHeadAttention` (`(D, H, Dk)` projections, `(H, Dv, D)`
     output), so weights can be copied between the two.
 
-    **Key/value cache.** For incremental decoding, pass `cache` (a dict
-    `{"key": (B, H, L, Dk), "value": (B, H, L, Dv)}`):
-
-    * with `cache_index` (self-attention): the keys/values of the `Q` new query positions
-      are written into the preallocated buffer at `cache_index`, and the queries attend
-      over the written prefix `0 .. cache_index + Q - 1` (under XLA, which needs static
-      shapes, over the whole buffer); `use_causal_mask=True` hides the slots after each
-      query. With `attention_window=r` the buffer is a ring of `r` slots (see
-      `init_cache`): position `p` is written to slot `p mod r` and a query sees the
-      slots holding the last `r` positions, so the cache does not grow with the length.
-    * with `cache_index` and a growing cache (`init_cache(B, None)`: `{"past_key": (B, H,
-      t, Dk), "past_value": (B, H, t, Dv)}` holding exactly the `t = cache_index` positions
-      decoded so far): the new keys/values are appended, and the queries attend over all
-      `t + Q`. Each step then copies only the positions decoded so far, and so does a beam
-      search reordering the cache, instead of a buffer sized for the longest output; it
-      needs a `tf.while_loop` shape invariant with the length axis unknown
-      (`decoding.loop_shape_invariants`) and is not for XLA, which needs static shapes.
-    * without `cache_index` (encoder-decoder attention): the cache holds keys/values
-      computed once by `compute_cache(encoder_outputs)` and is reused every step; the
-      `value`/`key` arguments are ignored. The cache may have fewer rows than the query,
-      `B` rows for `N = B * C` queries (beam search: row `b * C + c` is copy `c` of
-      sentence `b`); the copies then share one copy of the keys/values, and `key_mask`
-      and `attention_mask` have the cache's `B` rows.
-
-    In cached mode the call always returns `(outputs, cache)`.
-
-    **Int8.** `layer.quantize("int8")` (Keras' API; see `quantization`) stores each
-    projection kernel as int8 with a float32 scale per output channel (`(H, Dk)` for the
-    query, key and value kernels, `(output_dim,)` for the output kernel) under the same
-    names, plus `{name}_scale`; the projections, also those of `compute_cache`, then
-    multiply int8 by int8. `keras.Model.quantize` quantizes only layers without
-    sub-layers, and this one holds its attention dropout as one: `Transformer.quantize`
-    quantizes it too; in a model of your own, call `quantize("int8")` on each attention
-    layer as well.
+    Besides plain attention it has modes for the padding-free layout of `layers.packing`,
+    restricted self-attention (`attention_window`), incremental decoding with a key/value
+    cache (a preallocated, growing or ring buffer for self-attention; keys/values computed
+    once by `compute_cache` for encoder-decoder attention) and int8 projections
+    (`layer.quantize("int8")`). Each mode, what it computes and why it exists:
+    docs/architecture.md, "Attention modes". In cached mode the call always returns
+    `(outputs, cache)`.
 
     Args:
         num_heads: number of heads H.
@@ -92,8 +65,9 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: add the look-ahead mask (decoder self-attention).
         return_attention_scores: also return the attention weights `(B, H, Q, K)`
             (not in cached mode).
-        cache: optional key/value cache dict (see above).
-        cache_index: int scalar; write position in the self-attention cache.
+        cache: optional key/value cache dict (`init_cache`, `compute_cache`).
+        cache_index: int scalar; write position in the self-attention cache; without it
+            the cache is encoder-decoder keys/values, and `value`/`key` are ignored.
         training: whether dropout is active.
         query_packing: optional packing `(positions, mask)` of the queries' `(B, Q)` batch
             (`layers.packing`): `query` is then `(N, D)`, the rows of its N real
@@ -274,7 +248,8 @@ class MultiHeadAttention(keras.layers.Layer):
         With `attention_window=r` the buffer is a ring of `min(r, max_length)` slots (`r`
         when `max_length` is a tensor or `None`), whatever the number of positions decoded.
         `max_length=None` without a window: a growing cache, `{"past_key": (B, H, 0, Dk),
-        "past_value": (B, H, 0, Dv)}`, that each call appends to (see the class docstring).
+        "past_value": (B, H, 0, Dv)}`, that each call appends to (docs/architecture.md,
+        "Attention modes").
         """
         return attention_cache.empty_cache(
             batch_size,
@@ -303,125 +278,206 @@ class MultiHeadAttention(keras.layers.Layer):
         query_packing=None,
         key_packing=None,
     ):
-        if cache is not None and (query_packing is not None or key_packing is not None):
+        # One helper per mode (docs/architecture.md, "Attention modes"). A packing is a
+        # layout of the inputs and outputs, which `_project` and `_output` read.
+        if cache is None:
+            if key_packing is not None:
+                key_mask = key_packing[1]
+            projected = self._project_all(query, value, key, query_packing, key_packing)
+            key_mask = value_mask if key_mask is None else key_mask
+            masks = (attention_mask, query_mask, key_mask, use_causal_mask)
+            if self.attention_window:
+                return self._call_windowed(
+                    projected, masks, return_attention_scores, training, query_packing
+                )
+            return self._call_full(
+                projected, masks, return_attention_scores, training, query_packing
+            )
+        self._check_cached_call(return_attention_scores, query_packing, key_packing)
+        if cache_index is None:
+            return self._call_shared_cache(
+                query, cache, attention_mask, query_mask, key_mask, use_causal_mask, training
+            )
+        step = (query, value, key, cache, cache_index)
+        if self.attention_window:
+            return self._call_ring_cache(
+                step, attention_mask, query_mask, use_causal_mask, training
+            )
+        return self._call_written_cache(step, attention_mask, query_mask, use_causal_mask, training)
+
+    def _call_full(self, projected, masks, return_attention_scores, training, query_packing):
+        """Plain (or packed) attention: every query against every key."""
+        attention_mask, query_mask, key_mask, causal = masks
+        heads, weights = self._attend(
+            *projected, attention_mask, query_mask, key_mask, causal, 0, training
+        )
+        outputs = self._output(heads, query_packing)
+        return (outputs, weights) if return_attention_scores else outputs
+
+    def _call_windowed(self, projected, masks, return_attention_scores, training, query_packing):
+        """Restricted self-attention: only the band's scores, in blocks (`windowed_attention`);
+        with an `attention_mask` or for the scores, full attention under the band as a mask."""
+        queries, keys, values = projected
+        attention_mask, query_mask, key_mask, causal = masks
+        query_length, key_length = queries.shape[2], keys.shape[2]
+        if query_length is not None and key_length is not None and query_length != key_length:
+            raise ValueError(
+                "attention_window restricts self-attention: queries and keys must be the same "
+                f"positions. Received: query length {query_length}, key length {key_length}"
+            )
+        if attention_mask is not None or return_attention_scores:
+            band = self._with_band(attention_mask, queries, keys, causal)
+            masks = (band, query_mask, key_mask, causal)
+            return self._call_full(
+                projected, masks, return_attention_scores, training, query_packing
+            )
+        dropout = (
+            (lambda weights: self._dropout_layer(weights, training=training))
+            if self.dropout
+            else None
+        )
+        heads = windowed_attention(
+            queries, keys, values, self.attention_window, causal, key_mask, dropout
+        )
+        return self._output(heads, query_packing)
+
+    def _call_shared_cache(
+        self, query, cache, attention_mask, query_mask, key_mask, causal, training
+    ):
+        """Encoder-decoder attention over `compute_cache`'s keys/values, reused every step.
+
+        Query rows that are copies of the memory's rows (beam search) attend per memory row.
+        """
+        queries = self._project(query, "query")  # (N, H, Q, Dk)
+        keys, values = cache["key"], cache["value"]
+        rows, memory_rows = ops.shape(queries)[0], ops.shape(keys)[0]
+        grouped = not (
+            isinstance(rows, int) and isinstance(memory_rows, int) and rows == memory_rows
+        )
+        if grouped:
+            queries = attention_cache.group_queries(queries, memory_rows)  # (B, H, C * Q, Dk)
+            if attention_mask is not None:  # (B|1, Q, K) -> (B|1, C * Q, K)
+                attention_mask = ops.tile(attention_mask, (1, rows // memory_rows, 1))
+        if self.attention_window:
+            attention_mask = self._with_band(attention_mask, queries, keys, causal)
+        heads, _ = self._attend(
+            queries, keys, values, attention_mask, query_mask, key_mask, causal, 0, training
+        )
+        if grouped:
+            heads = attention_cache.ungroup_outputs(heads, rows, ops.shape(query)[1])
+        return self._output(heads), cache
+
+    def _call_ring_cache(self, step, attention_mask, query_mask, causal, training):
+        """Cached restricted self-attention over a ring of `attention_window` slots
+        (`attention_cache.ring_step`, whose mask holds the band and the causality)."""
+        query, _, _, cache, cache_index = step
+        queries, new_keys, new_values = self._project_step(step)
+        keys, values, cache, attention_mask = attention_cache.ring_step(
+            cache,
+            new_keys,
+            new_values,
+            cache_index,
+            ops.shape(query)[1],
+            attention_mask,
+            self.attention_window,
+            causal,
+        )
+        heads, _ = self._attend(
+            queries, keys, values, attention_mask, query_mask, None, False, 0, training
+        )
+        return self._output(heads), cache
+
+    def _call_written_cache(self, step, attention_mask, query_mask, causal, training):
+        """Cached self-attention: the new positions written into a preallocated buffer or
+        appended to a growing cache (`attention_cache.write_step`), then attended over with
+        the positions before them."""
+        query, _, _, cache, cache_index = step
+        queries, new_keys, new_values = self._project_step(step)
+        keys, values, cache, attention_mask, causal = attention_cache.write_step(
+            cache,
+            new_keys,
+            new_values,
+            cache_index,
+            ops.shape(query)[1],
+            attention_mask,
+            causal,
+        )
+        # No key mask: the causal mask (offset by cache_index) hides the unwritten slots.
+        heads, _ = self._attend(
+            queries, keys, values, attention_mask, query_mask, None, causal, cache_index, training
+        )
+        return self._output(heads), cache
+
+    def _check_cached_call(self, return_attention_scores, query_packing, key_packing):
+        if query_packing is not None or key_packing is not None:
             raise ValueError(
                 "query_packing and key_packing are not available in cached mode. Received: a cache"
             )
-        if key_packing is not None:
-            key_mask = key_packing[1]
-        if cache is not None and return_attention_scores:
+        if return_attention_scores:
             raise ValueError(
                 "return_attention_scores is not available in cached mode, which always "
                 "returns (outputs, cache). Received: return_attention_scores=True with a cache."
             )
-        query_length = ops.shape(query)[1]
-        if query_packing is not None:
-            query_length = ops.shape(query_packing[1])[1]
-        queries = self._project(query, "query", query_packing)  # (B, H, Q, Dk)
-        causal_offset = 0
-        grouped_rows = None
-        ring = False
-        if cache is None:
-            if value is None:
-                raise ValueError(
-                    "MultiHeadAttention needs `value` unless a cache is given. Received: value=None"
-                )
-            key = value if key is None else key
-            key_mask = value_mask if key_mask is None else key_mask
-            keys = self._project(key, "key", key_packing)  # (B, H, K, Dk)
-            values = self._project(value, "value", key_packing)  # (B, H, K, Dv)
-        elif cache_index is None:  # static memory: encoder-decoder attention
-            keys, values = cache["key"], cache["value"]
-            rows, memory_rows = ops.shape(queries)[0], ops.shape(keys)[0]
-            if not (isinstance(rows, int) and isinstance(memory_rows, int) and rows == memory_rows):
-                # the query rows may be copies of the memory rows: attend per memory row
-                grouped_rows = rows
-                queries = attention_cache.group_queries(queries, memory_rows)  # (B, H, C * Q, Dk)
-                if attention_mask is not None:  # (B|1, Q, K) -> (B|1, C * Q, K)
-                    attention_mask = ops.tile(attention_mask, (1, rows // memory_rows, 1))
-        else:  # self-attention: write the new positions into the buffer
-            key = query if key is None else key
-            value = query if value is None else value
-            key_buffer, value_buffer = attention_cache.buffers(cache)
-            new_keys = ops.cast(self._project(key, "key"), key_buffer.dtype)
-            new_values = ops.cast(self._project(value, "value"), value_buffer.dtype)
-            key_mask = None  # unwritten slots are hidden by the causal (or ring) mask
-            if (
-                self.attention_window
-            ):  # a ring of r slots; the mask holds the band and the causality
-                keys, values, cache, attention_mask = attention_cache.ring_step(
-                    cache,
-                    new_keys,
-                    new_values,
-                    cache_index,
-                    query_length,
-                    attention_mask,
-                    self.attention_window,
-                    use_causal_mask,
-                )
-                ring, use_causal_mask = True, False
-            else:  # keys at positions 0 .. cache_index + Q - 1 (under XLA: the whole buffer)
-                keys, values, cache, attention_mask, use_causal_mask = attention_cache.write_step(
-                    cache,
-                    new_keys,
-                    new_values,
-                    cache_index,
-                    query_length,
-                    attention_mask,
-                    use_causal_mask,
-                )
-                causal_offset = cache_index
-        window = self.attention_window
-        if window and cache is None:
-            query_length, key_length = queries.shape[2], keys.shape[2]
-            if query_length is not None and key_length is not None and query_length != key_length:
-                raise ValueError(
-                    "attention_window restricts self-attention: queries and keys must be the same positions. "
-                    f"Received: query length {query_length}, key length {key_length}"
-                )
-        if window and cache is None and attention_mask is None and not return_attention_scores:
-            dropout = (
-                (lambda weights: self._dropout_layer(weights, training=training))
-                if self.dropout
-                else None
+
+    def _project_all(self, query, value, key, query_packing, key_packing):
+        """`(queries (B, H, Q, Dk), keys (B, H, K, Dk), values (B, H, K, Dv))` of an uncached call."""
+        queries = self._project(query, "query", query_packing)
+        if value is None:
+            raise ValueError(
+                "MultiHeadAttention needs `value` unless a cache is given. Received: value=None"
             )
-            outputs = windowed_attention(
-                queries, keys, values, window, use_causal_mask, key_mask, dropout
-            )
-            return self._output(outputs, query_packing)
-        if window and not ring:  # the same band, as a mask over the full scores
-            band = band_mask(
-                ops.shape(queries)[2], ops.shape(keys)[2], window, use_causal_mask, causal_offset
-            )
-            attention_mask = (
-                band
-                if attention_mask is None
-                else ops.logical_and(ops.cast(attention_mask, "bool"), band)
-            )
+        key = value if key is None else key
+        keys = self._project(key, "key", key_packing)
+        values = self._project(value, "value", key_packing)
+        return queries, keys, values
+
+    def _project_step(self, step):
+        """Cached self-attention: the queries and the new positions' keys/values, these in
+        the cache's dtype (`key` and `value` default to `query`)."""
+        query, value, key, cache, _ = step
+        queries = self._project(query, "query")  # (B, H, Q, Dk)
+        key = query if key is None else key
+        value = query if value is None else value
+        key_buffer, value_buffer = attention_cache.buffers(cache)
+        new_keys = ops.cast(self._project(key, "key"), key_buffer.dtype)
+        new_values = ops.cast(self._project(value, "value"), value_buffer.dtype)
+        return queries, new_keys, new_values
+
+    def _with_band(self, attention_mask, queries, keys, causal):
+        """`attention_mask` and the band of `attention_window` (`band_mask`) together."""
+        band = band_mask(ops.shape(queries)[2], ops.shape(keys)[2], self.attention_window, causal)
+        if attention_mask is None:
+            return band
+        return ops.logical_and(ops.cast(attention_mask, "bool"), band)
+
+    def _attend(
+        self,
+        queries,
+        keys,
+        values,
+        attention_mask,
+        query_mask,
+        key_mask,
+        causal,
+        causal_offset,
+        training,
+    ):
+        """Attention of `queries (B, H, Q, Dk)` over `keys`/`values` under the merged masks:
+        `(heads (B, H, Q, Dv), weights (B, H, Q, K) float32)`."""
         mask = masks_lib.merge_masks(
             ops.shape(queries)[2],
             ops.shape(keys)[2],
             query_padding_mask=query_mask,
             key_padding_mask=key_mask,
             attention_mask=attention_mask,
-            causal=use_causal_mask,
+            causal=causal,
             causal_offset=causal_offset,
         )
         if mask is not None:
             mask = mask[:, None, :, :]  # (B|1, 1, Q, K) broadcast over heads
-        weights = attention_weights(queries, keys, mask)  # (B, H, Q, K) float32
+        weights = attention_weights(queries, keys, mask)
         dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
-        outputs = ops.matmul(ops.cast(dropped, values.dtype), values)  # (B, H, Q, Dv)
-        if grouped_rows is not None:
-            outputs = attention_cache.ungroup_outputs(
-                outputs, grouped_rows, query_length
-            )  # (N, H, Q, Dv)
-        outputs = self._output(outputs, query_packing)
-        if cache is not None:
-            return outputs, cache
-        if return_attention_scores:
-            return outputs, weights
-        return outputs
+        return ops.matmul(ops.cast(dropped, values.dtype), values), weights
 
     def _output(self, heads, packing=None):
         """`heads (B, H, Q, Dv)` side by side through the output projection: `(B, Q, D)` (see `_project`);

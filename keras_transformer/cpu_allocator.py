@@ -2,12 +2,12 @@
 
 By default TensorFlow's CPU device takes every tensor from the C library's `malloc`, which gives
 blocks above its mmap threshold back to the system when they are freed. The next tensor of that
-size then pays one page fault per page on first touch: about 65 ms for a 128 MB logits tensor on
-a 2-core EPYC, against about 20 ms for a pass over memory already mapped. A training step frees
-and takes back such tensors every step. TensorFlow's BFC allocator keeps freed blocks in a pool
-instead; `TF_CPU_ALLOCATOR_USE_BFC=true` selects it (docs/results.md measures 1.05-1.21x per
-training step on CPUs). Pooled memory is kept for the process's life, so its resident size
-stays at the step's peak.
+size then pays one page fault per page on first touch, which costs more than a pass over memory
+already mapped. A training step frees and takes back such tensors (the logits) every
+step. TensorFlow's BFC allocator keeps freed blocks in a pool instead;
+`TF_CPU_ALLOCATOR_USE_BFC=true` selects it (what it gains per training step: docs/results-log.md,
+"The pooled CPU allocator, and rows a–c again"). Pooled memory is kept for the process's life,
+so its resident size stays at the step's peak.
 
 TensorFlow reads the variable once, when it creates its CPU device (at its first op), so it must be
 set before that; importing TensorFlow is not too early. A user's own choice of the variable is

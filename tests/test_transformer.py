@@ -277,9 +277,10 @@ def test_training_output_draws_the_forward_passs_dropout_and_refuses_labels_past
 
 def test_under_xla_a_packing_carries_every_position():
     """XLA compiles fixed shapes, and a training step whose number of real positions changed
-    with every batch ran several times slower there than on the padded batch
-    (docs/results.md). So while TensorFlow traces for XLA a packing carries every position;
-    in graph mode and eagerly it carries the real ones."""
+    with every batch ran several times slower there than on the padded batch (docs/results-log.md,
+    "Where the step's time goes now, and skipping the padding under XLA"). So while TensorFlow
+    traces for XLA a packing carries every position; in graph mode and eagerly it carries the
+    real ones."""
     from keras_transformer.layers import packing
 
     mask = tf.constant([[True, True, False], [True, False, False]])

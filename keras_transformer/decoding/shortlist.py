@@ -1,19 +1,19 @@
 """A target-vocabulary shortlist for beam search: the output projection over the tokens a
 batch can plausibly produce (CTranslate2's vocabulary map, `use_vmap`).
 
-At the base size the output projection is a quarter of a beam step's multiply-adds
-(512 x 16,000 against the decoder's ~22M per token), and the log-softmax and top-k run
-over all V tokens. A `VocabularyMap` lists, for every source token, the target tokens
-that most often occur with it in the training pairs (ranked by the Dice coefficient
-2 c(s, t) / (c(s) + c(t)) of sentence co-occurrence), and the target tokens that are
-frequent anywhere. A batch's shortlist is the union over its source tokens, plus the
+The output projection is a large share of a beam step's multiply-adds (D x V per token
+against the decoder's layers; docs/decoding.md counts them at the base size), and the
+log-softmax and top-k run over all V tokens. A `VocabularyMap` lists, for every source token,
+the target tokens that most often occur with it in the training pairs (ranked by the Dice
+coefficient 2 c(s, t) / (c(s) + c(t)) of sentence co-occurrence), and the target tokens that
+are frequent anywhere. A batch's shortlist is the union over its source tokens, plus the
 frequent ones, EOS, UNK, and PAD and BOS (the search bans those two after the softmax, as
 over the full vocabulary, so both normalize over the same kind of set).
 
-**This is an approximation.** The softmax is renormalized over the shortlist and a
-token outside it can never be produced, so outputs may differ from the full-vocabulary
-search; docs/results.md reports its BLEU beside the exact search's. With a shortlist
-that holds every token it is exact (tests/test_shortlist.py).
+**This is an approximation.** The softmax is renormalized over the shortlist and a token
+outside it can never be produced, so outputs may differ from the full-vocabulary search;
+docs/results-log.md ("Row e at the base size") reports its BLEU and speed beside the exact
+search's. With a shortlist that holds every token it is exact (tests/test_shortlist.py).
 
 `ShortlistStep` is `CachedStep` with the shortlist in its state; `beam_search` maps the
 positions it selects back to token ids (`output_ids`). TensorFlow only.

@@ -1,8 +1,9 @@
 """Layer normalization over the last axis with its gradient written out.
 
 `keras.layers.LayerNormalization` computes `(x - mean) * rsqrt(var + eps) * gamma + beta` in
-float32, and autodiff differentiates every op of it: on the CPU about two thirds of the layer
-norms' time in a training step went to that backward pass (docs/results.md). `LayerNormalization`
+float32, and autodiff differentiates every op of it: on the CPU most of the layer norms' time
+in a training step went to that backward pass (docs/results-log.md, "Layer norm's gradient
+written out, and the packing by gathers"). `LayerNormalization`
 here is the same layer, with the same weights, arguments and outputs, whose backward pass is
 the closed form (Ba et al., 2016): with x̂ the normalized input, g = dy * gamma and d the width,
 

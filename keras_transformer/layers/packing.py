@@ -6,8 +6,9 @@ On a padded batch `(B, T, D)` they also compute at the padding. A *packing* carr
 real positions as rows `(N, D)` through that position-wise work, and lays them back out as
 `(B, T, ...)` only where positions meet, inside attention (`MultiHeadAttention`'s
 `query_packing` and `key_packing`). Every real position gets the same values as on the
-padded batch; the padding's rows are never computed. On length-bucketed batches about a
-fifth of the positions are padding (docs/results.md).
+padded batch; the padding's rows are never computed. Length-bucketed batches still hold
+padding; how much, and what skipping it gains: docs/results-log.md, "Skipping the padding,
+and rows a–c again".
 
 A packing is a pair `(positions, mask)`: `mask` the `(B, T)` padding mask, `positions` the
 int32 `(N,)` flat indices `b * T + t` of its real positions, in order.
@@ -15,9 +16,9 @@ int32 `(N,)` flat indices `b * T + t` of its real positions, in order.
 `real_positions` has a result whose size depends on the data. TensorFlow's graphs allow
 that; JAX's `jit` does not, so `Transformer` packs on TensorFlow only
 (`config.skip_padding`). XLA allows it too, bounded by B * T, but a training step compiled
-so took 3.5-5.8x the keras-hub peer's time on the CPU (docs/results.md), so under XLA
-(`jit_compile=True`) a packing carries every position (`packed_positions`): static shapes,
-the padded model's work.
+so ran several times slower than the padded one (docs/results-log.md, "Where the step's time
+goes now, and skipping the padding under XLA"), so under XLA (`jit_compile=True`) a packing
+carries every position (`packed_positions`): static shapes, the padded model's work.
 
 Shape letters: B batch, T length, N real positions, D width.
 """
@@ -198,8 +199,8 @@ def _head_slots(positions, batch, length, heads):
 
 
 # Both directions are gathers, forward and backward: a scatter of the N rows into zeros (and
-# the segment sum that differentiates a gather) took 5-7 % of the op time of a training step
-# at `multi30k` on the CPU; the gathers make the step 1.01-1.07x faster (docs/results.md).
+# the segment sum that differentiates a gather) cost a training step more than these gathers
+# (docs/results-log.md, "Layer norm's gradient written out, and the packing by gathers").
 
 
 def _slots(positions, size):

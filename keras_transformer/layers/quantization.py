@@ -141,9 +141,9 @@ def one_garbage_collection():
 
     Keras' `Layer.__delattr__` runs `gc.collect()` for every variable it removes, and
     quantizing removes every float kernel (ours in `MultiHeadAttention.quantize`, Keras' in
-    `Dense.quantize`): each collection walks the whole heap, so a tiny model took 11 s to
-    quantize in a fresh process (0.36 s a collection, 33 of them), and more in a process
-    holding more objects. Inside the block the objects that existed
+    `Dense.quantize`): each collection walks the whole heap, so quantizing even a tiny model
+    cost one heap walk per kernel, longer in a process holding more objects. Inside the block
+    the objects that existed
     before it are frozen (`gc.freeze`), which those collections skip; the float kernels,
     freed by reference counting, go as before, and one full collection runs at the end.
     Where the process has frozen objects already (`gc.get_freeze_count`), for instance inside

@@ -193,7 +193,8 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel = getattr(self, f"{name}_kernel")
         # One matmul of all positions against the heads' kernels side by side, the bias added
         # to its rows, then the heads split off: on TensorFlow a MatMul, a bias add and a
-        # transpose are faster, forward and backward, than one einsum to (B, H, T, Dk).
+        # transpose are faster, forward and backward, than one einsum to (B, H, T, Dk)
+        # (docs/results-log.md, "The attention projections as matrix products").
         width, heads, depth = kernel.shape
         rows = ops.reshape(inputs, (-1, width))  # (B * T, D)
         if self.quantization_mode == "int8":

@@ -6,11 +6,9 @@ miniature: German writes a number as one word and puts the units before the
 tens ("twenty one" -> "einundzwanzig"), so the model has to reorder, not just
 substitute words.
 
-The splits are a fixed, seeded permutation of ``0..99,999``: the same on
+The splits are a fixed, seeded permutation of `0..99,999`: the same on
 every machine and Python version, and disjoint from one another.
 """
-
-from __future__ import annotations
 
 import random
 
@@ -18,7 +16,7 @@ BUILTIN_TASK_SEED = 1234
 """Seed of the permutation that draws the splits."""
 
 BUILTIN_TASK_RANGE = 100_000
-"""The splits draw from the numbers ``0 .. BUILTIN_TASK_RANGE - 1``."""
+"""The splits draw from the numbers `0 .. BUILTIN_TASK_RANGE - 1`."""
 
 BUILTIN_TASK_SPLIT_SIZES = {"train": 20_000, "val": 500, "test": 500}
 """Number of pairs in each split."""
@@ -67,14 +65,14 @@ _DE_TENS = (
 )
 
 
-def _check_number(n: int) -> None:
+def _check_number(n):
     if isinstance(n, bool) or not isinstance(n, int):
         raise ValueError(f"Expected an int, got {n!r} of type {type(n).__name__}")
     if not 0 <= n <= _MAX_NUMBER:
         raise ValueError(f"Number {n} is out of range; supported: 0 to {_MAX_NUMBER}")
 
 
-def _english_below_1000(n: int) -> list[str]:
+def _english_below_1000(n):
     words = []
     hundreds, rest = divmod(n, 100)
     if hundreds:
@@ -90,17 +88,17 @@ def _english_below_1000(n: int) -> list[str]:
     return words
 
 
-def english_number(n: int) -> str:
-    """Spells a number in English words, space separated, without "and".
+def english_number(n):
+    """Spell a number in English words, space separated, without "and".
 
     Args:
-        n: Integer from 0 to 999,999.
+        n: integer from 0 to 999,999.
 
     Returns:
-        The number in lower-case words.
+        the number in lower-case words.
 
     Raises:
-        ValueError: If ``n`` is not an int in range.
+        ValueError: if `n` is not an int in range.
 
     Example:
         >>> english_number(1234)
@@ -119,7 +117,7 @@ def english_number(n: int) -> str:
     return " ".join(words)
 
 
-def _german_below_100(n: int) -> str:
+def _german_below_100(n):
     if n < 10:
         return _DE_UNITS[n]
     if n < 20:
@@ -132,7 +130,7 @@ def _german_below_100(n: int) -> str:
     return f"{unit_word}und{_DE_TENS[tens]}"
 
 
-def _german_below_1000(n: int) -> str:
+def _german_below_1000(n):
     hundreds, rest = divmod(n, 100)
     word = ""
     if hundreds:
@@ -143,8 +141,8 @@ def _german_below_1000(n: int) -> str:
     return word
 
 
-def german_number(n: int) -> str:
-    """Spells a number as one German word, in standard orthography.
+def german_number(n):
+    """Spell a number as one German word, in standard orthography.
 
     Units come before tens, joined by "und" ("einundzwanzig"). One is "eins"
     when it ends the number ("einhunderteins") and "ein" before "und",
@@ -152,13 +150,13 @@ def german_number(n: int) -> str:
     multiplier ("einhundert", "eintausend", not "hundert", "tausend").
 
     Args:
-        n: Integer from 0 to 999,999.
+        n: integer from 0 to 999,999.
 
     Returns:
-        The number as a single lower-case word.
+        the number as a single lower-case word.
 
     Raises:
-        ValueError: If ``n`` is not an int in range.
+        ValueError: if `n` is not an int in range.
 
     Example:
         >>> german_number(1234)
@@ -181,12 +179,12 @@ def german_number(n: int) -> str:
     return word
 
 
-def _permutation(size: int, seed: int) -> list[int]:
-    """A Fisher-Yates shuffle of ``range(size)`` driven only by ``Random.random()``.
+def _permutation(size, seed):
+    """A Fisher-Yates shuffle of `range(size)` driven only by `Random.random()`.
 
-    ``random.Random.random()`` is the one part of the ``random`` module whose
+    `random.Random.random()` is the one part of the `random` module whose
     output Python guarantees to keep across versions for an int seed;
-    ``shuffle`` and ``sample`` carry no such promise.
+    `shuffle` and `sample` carry no such promise.
     """
     rng = random.Random(seed)
     values = list(range(size))
@@ -196,19 +194,19 @@ def _permutation(size: int, seed: int) -> list[int]:
     return values
 
 
-def builtin_task(split: str) -> list[tuple[str, str]]:
-    """Returns one split of the English -> German number-words task.
+def builtin_task(split):
+    """One split of the English -> German number-words task.
 
     Args:
-        split: ``train`` (20,000 pairs), ``val`` (500) or ``test`` (500);
-            ``validation`` and ``valid`` mean ``val``.
+        split: `train` (20,000 pairs), `val` (500) or `test` (500);
+            `validation` and `valid` mean `val`.
 
     Returns:
-        ``(english, german)`` pairs, e.g. ``("twenty one", "einundzwanzig")``,
+        `(english, german)` pairs, e.g. `("twenty one", "einundzwanzig")`,
         in a fixed pseudo-random order. The three splits share no number.
 
     Raises:
-        ValueError: If ``split`` is not one of the above.
+        ValueError: if `split` is not one of the above.
 
     Example:
         >>> pairs = builtin_task("val")

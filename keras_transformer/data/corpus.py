@@ -1,11 +1,9 @@
 """Reading parallel text corpora: plain or gzip files, Multi30k and WMT'14.
 
-Every loader returns a ``list[tuple[str, str]]`` of ``(source, target)``
-sentence pairs, the format that :func:`keras_transformer.data.make_dataset`
-and :func:`keras_transformer.data.train_sentencepiece` consume.
+Every loader returns a `list[tuple[str, str]]` of `(source, target)`
+sentence pairs, the format that `keras_transformer.data.make_dataset`
+and `keras_transformer.data.train_sentencepiece` consume.
 """
-
-from __future__ import annotations
 
 import gzip
 import os
@@ -13,18 +11,15 @@ import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
-from typing import Union
 
 from keras_transformer import fs
 from keras_transformer.layers.checks import check_positive_int
 
-PathLike = Union[str, "os.PathLike[str]"]
-
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
-"""Base URL of the raw Multi30k task 1 files (``{split}.{lang}.gz``)."""
+"""Base URL of the raw Multi30k task 1 files (`{split}.{lang}.gz`)."""
 
 MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
-"""Languages that :func:`load_multi30k` accepts."""
+"""Languages that `load_multi30k` accepts."""
 
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 """Canonical Multi30k split names, as used in the file names."""
@@ -39,7 +34,7 @@ _MULTI30K_SPLIT_ALIASES = {
 }
 
 WMT14_PAIRS = (("de", "en"), ("fr", "en"))
-"""Language pairs of the ``wmt14_translate`` TFDS configs, as ``(xx, "en")``."""
+"""Language pairs of the `wmt14_translate` TFDS configs, as `(xx, "en")`."""
 
 _WMT14_SPLIT_ALIASES = {
     "train": "train",
@@ -52,24 +47,24 @@ _WMT14_SPLIT_ALIASES = {
 _DOWNLOAD_TIMEOUT_S = 60.0
 
 
-def read_lines(path: PathLike) -> list[str]:
-    """Reads a UTF-8 text file, plain or gzip-compressed, into a list of lines.
+def read_lines(path):
+    """Read a UTF-8 text file, plain or gzip-compressed, into a list of lines.
 
-    A file whose name ends in ``.gz`` is decompressed. The bytes are decoded as
-    strict UTF-8. Only the line terminator is removed from each line (``\\n``
-    and a ``\\r`` before it); other whitespace is kept. A final line without a
+    A file whose name ends in `.gz` is decompressed. The bytes are decoded as
+    strict UTF-8. Only the line terminator is removed from each line (`\\n`
+    and a `\\r` before it); other whitespace is kept. A final line without a
     terminator is kept; the empty string after a final terminator is not a line.
 
     Args:
-        path: File to read.
+        path: file to read.
 
     Returns:
-        The lines of the file, in order.
+        the lines of the file, in order.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the file is empty, is not valid gzip data although
-            named ``.gz``, or is not valid UTF-8 (the message names the file and
+        FileNotFoundError: if `path` does not exist.
+        ValueError: if the file is empty, is not valid gzip data although
+            named `.gz`, or is not valid UTF-8 (the message names the file and
             the 1-based line number of the first invalid byte).
 
     Example:
@@ -101,20 +96,20 @@ def read_lines(path: PathLike) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def read_parallel(source_path: PathLike, target_path: PathLike) -> list[tuple[str, str]]:
-    """Reads two line-aligned files into ``(source, target)`` pairs.
+def read_parallel(source_path, target_path):
+    """Read two line-aligned files into `(source, target)` pairs.
 
     Args:
-        source_path: File with one source sentence a line (plain or ``.gz``).
-        target_path: File with the translation of line ``i`` of
-            ``source_path`` on its line ``i``.
+        source_path: file with one source sentence a line (plain or `.gz`).
+        target_path: file with the translation of line `i` of
+            `source_path` on its line `i`.
 
     Returns:
-        One ``(source, target)`` tuple per line.
+        one `(source, target)` tuple per line.
 
     Raises:
-        FileNotFoundError: If either file does not exist.
-        ValueError: If either file cannot be read (see :func:`read_lines`) or
+        FileNotFoundError: if either file does not exist.
+        ValueError: if either file cannot be read (see `read_lines`) or
             the two files have different numbers of lines; the message names
             both files, both counts and the first line without a partner.
 
@@ -140,12 +135,12 @@ def read_parallel(source_path: PathLike, target_path: PathLike) -> list[tuple[st
     return list(zip(source, target))
 
 
-def _check_language(lang: str, valid: tuple[str, ...], what: str) -> None:
+def _check_language(lang, valid, what):
     if lang not in valid:
         raise ValueError(f"Unknown {what} {lang!r}; valid languages: {', '.join(valid)}")
 
 
-def _multi30k_split(split: str) -> str:
+def _multi30k_split(split):
     try:
         return _MULTI30K_SPLIT_ALIASES[split]
     except KeyError:
@@ -155,7 +150,7 @@ def _multi30k_split(split: str) -> str:
         ) from None
 
 
-def _local_multi30k_file(data_dir: PathLike, split: str, lang: str) -> PathLike:
+def _local_multi30k_file(data_dir, split, lang):
     compressed = fs.join(data_dir, f"{split}.{lang}.gz")
     plain = fs.join(data_dir, f"{split}.{lang}")
     if fs.isfile(compressed):
@@ -168,8 +163,8 @@ def _local_multi30k_file(data_dir: PathLike, split: str, lang: str) -> PathLike:
     )
 
 
-def _download(url: str, destination: PathLike) -> None:
-    """Downloads ``url`` to ``destination`` (a small file: read whole, written atomically)."""
+def _download(url, destination):
+    """Download `url` to `destination` (a small file: read whole, written atomically)."""
     try:
         fs.makedirs(fs.parent(destination))
         with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
@@ -183,43 +178,43 @@ def _download(url: str, destination: PathLike) -> None:
 
 
 def load_multi30k(
-    src_lang: str,
-    tgt_lang: str,
-    split: str,
-    data_dir: PathLike | None = None,
-    cache_dir: PathLike | None = None,
-    base_url: str = MULTI30K_URL,
-) -> list[tuple[str, str]]:
-    """Loads one split of the Multi30k (task 1) parallel corpus.
+    src_lang,
+    tgt_lang,
+    split,
+    data_dir=None,
+    cache_dir=None,
+    base_url=MULTI30K_URL,
+):
+    """Load one split of the Multi30k (task 1) parallel corpus.
 
-    With ``data_dir``, reads ``{data_dir}/{split}.{lang}.gz`` (or the
-    uncompressed ``{data_dir}/{split}.{lang}`` when no ``.gz`` file exists).
-    Without it, downloads ``{base_url}/{split}.{lang}.gz`` into ``cache_dir``
+    With `data_dir`, reads `{data_dir}/{split}.{lang}.gz` (or the
+    uncompressed `{data_dir}/{split}.{lang}` when no `.gz` file exists).
+    Without it, downloads `{base_url}/{split}.{lang}.gz` into `cache_dir`
     unless already there, and reads the cached copy. Downloads go to a
     temporary file that is renamed into place, so an interrupted download never
     leaves a partial file behind.
 
     Args:
-        src_lang: Source language, one of ``en``, ``de``, ``fr``, ``cs``.
-        tgt_lang: Target language, from the same set, different from
-            ``src_lang``.
-        split: ``train``, ``val`` or ``test_2016_flickr``; ``validation`` and
-            ``valid`` mean ``val``, ``test`` means ``test_2016_flickr``.
-        data_dir: Directory with local copies of the files. Nothing is
+        src_lang: source language, one of `en`, `de`, `fr`, `cs`.
+        tgt_lang: target language, from the same set, different from
+            `src_lang`.
+        split: `train`, `val` or `test_2016_flickr`; `validation` and
+            `valid` mean `val`, `test` means `test_2016_flickr`.
+        data_dir: directory with local copies of the files. Nothing is
             downloaded when given.
-        cache_dir: Where downloads are kept. Defaults to
-            ``~/.cache/keras_transformer/multi30k``.
-        base_url: Where the files are downloaded from; any URL that
-            ``urllib`` opens, ``file://`` included.
+        cache_dir: where downloads are kept. Defaults to
+            `~/.cache/keras_transformer/multi30k`.
+        base_url: where the files are downloaded from; any URL that
+            `urllib` opens, `file://` included.
 
     Returns:
-        ``(source, target)`` sentence pairs, in corpus order.
+        `(source, target)` sentence pairs, in corpus order.
 
     Raises:
-        ValueError: On an unknown language or split, equal languages, or a file
-            that cannot be read (see :func:`read_parallel`).
-        FileNotFoundError: If ``data_dir`` lacks a needed file.
-        OSError: If a download fails.
+        ValueError: on an unknown language or split, equal languages, or a file
+            that cannot be read (see `read_parallel`).
+        FileNotFoundError: if `data_dir` lacks a needed file.
+        OSError: if a download fails.
 
     Example:
         >>> pairs = load_multi30k("en", "de", "val",
@@ -250,7 +245,7 @@ def load_multi30k(
     return read_parallel(paths[0], paths[1])
 
 
-def _wmt14_split(split: str) -> str:
+def _wmt14_split(split):
     try:
         return _WMT14_SPLIT_ALIASES[split]
     except KeyError:
@@ -260,38 +255,32 @@ def _wmt14_split(split: str) -> str:
         ) from None
 
 
-def load_wmt14(
-    src_lang: str,
-    tgt_lang: str,
-    split: str,
-    data_dir: PathLike | None = None,
-    max_examples: int | None = None,
-) -> list[tuple[str, str]]:
-    """Loads one split of WMT'14 English-German or English-French via TFDS.
+def load_wmt14(src_lang, tgt_lang, split, data_dir=None, max_examples=None):
+    """Load one split of WMT'14 English-German or English-French via TFDS.
 
-    Uses the ``wmt14_translate/de-en`` or ``wmt14_translate/fr-en``
-    configuration of ``tensorflow_datasets``, which downloads and prepares the
+    Uses the `wmt14_translate/de-en` or `wmt14_translate/fr-en`
+    configuration of `tensorflow_datasets`, which downloads and prepares the
     data on first use (several GB for the training split).
 
     Args:
-        src_lang: Source language: ``en``, ``de`` or ``fr``.
-        tgt_lang: Target language; one of the two languages must be ``en`` and
-            the other ``de`` or ``fr``.
-        split: ``train``, ``validation`` (newstest2013) or ``test``
-            (newstest2014); ``val`` and ``valid`` mean ``validation``.
-        data_dir: TFDS data directory; TFDS's default when ``None``.
-        max_examples: Read at most this many pairs (the first ones).
+        src_lang: source language: `en`, `de` or `fr`.
+        tgt_lang: target language; one of the two languages must be `en` and
+            the other `de` or `fr`.
+        split: `train`, `validation` (newstest2013) or `test`
+            (newstest2014); `val` and `valid` mean `validation`.
+        data_dir: TFDS data directory; TFDS's default when `None`.
+        max_examples: read at most this many pairs (the first ones).
 
     Returns:
-        ``(source, target)`` sentence pairs.
+        `(source, target)` sentence pairs.
 
     Raises:
-        ImportError: If ``tensorflow_datasets`` is not installed.
-        ValueError: On an unsupported language pair, unknown split or a
-            non-positive ``max_examples``.
+        ImportError: if `tensorflow_datasets` is not installed.
+        ValueError: on an unsupported language pair, unknown split or a
+            non-positive `max_examples`.
 
     Example:
-        ``load_wmt14("en", "de", "test", max_examples=100)`` downloads
+        `load_wmt14("en", "de", "test", max_examples=100)` downloads
         newstest2014 on first use. Offline, TFDS's mock data (random text with
         the real features) stands in for the download:
 

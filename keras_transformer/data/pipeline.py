@@ -1,6 +1,6 @@
-"""The ``tf.data`` input pipeline: sentence pairs to token-budget batches.
+"""The `tf.data` input pipeline: sentence pairs to token-budget batches.
 
-Data flow of :func:`make_dataset`::
+Data flow of `make_dataset`::
 
     (source, target) strings
       -> shard (one shard per input pipeline under tf.distribute)
@@ -15,36 +15,32 @@ Data flow of :func:`make_dataset`::
       -> prefetch
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.layers.checks import check_positive_int
 
 DEFAULT_BUCKET_BOUNDARIES = (8, 12, 16, 24, 32, 48, 64, 96, 128)
-"""Padded lengths used when ``max_length`` is 128; longer ``max_length`` values
+"""Padded lengths used when `max_length` is 128; longer `max_length` values
 continue the pattern (192, 256, 384, ...)."""
 
 _TOKENIZE_BATCH = 512
 
 
-def default_bucket_boundaries(max_length: int) -> list[int]:
-    """Returns the default padded lengths for sequences of at most ``max_length``.
+def default_bucket_boundaries(max_length):
+    """The default padded lengths for sequences of at most `max_length`.
 
     The boundaries grow by alternating factors 3/2 and 4/3 (8, 12, 16, 24, 32,
     ...), so no sequence is padded by more than half its length (beyond the
     first bucket), while the number of distinct batch shapes stays small. The
-    list is clipped at ``max_length``, which is always its last element.
+    list is clipped at `max_length`, which is always its last element.
 
     Args:
-        max_length: Longest sequence, BOS/EOS included.
+        max_length: longest sequence, BOS/EOS included.
 
     Returns:
-        Increasing boundaries ending with ``max_length``.
+        increasing boundaries ending with `max_length`.
 
     Example:
         >>> default_bucket_boundaries(40)
@@ -60,12 +56,12 @@ def default_bucket_boundaries(max_length: int) -> list[int]:
     return boundaries
 
 
-def check_bucket_boundaries(boundaries: Sequence[int], max_length: int) -> list[int]:
-    """Returns ``boundaries`` as a list ending at ``max_length``.
+def check_bucket_boundaries(boundaries, max_length):
+    """`boundaries` as a list ending at `max_length`.
 
     Raises:
         ValueError: naming the boundaries, unless they are positive, strictly
-            increasing and at most ``max_length``.
+            increasing and at most `max_length`.
     """
     boundaries = [int(b) for b in boundaries]
     if (
@@ -87,72 +83,72 @@ def check_bucket_boundaries(boundaries: Sequence[int], max_length: int) -> list[
 
 
 def make_dataset(
-    pairs: Sequence[tuple[str, str]],
-    tokenizer: Tokenizer,
+    pairs,
+    tokenizer,
     *,
-    batch_tokens: int,
-    max_length: int = 128,
-    shuffle: bool = True,
-    seed: int = 0,
-    repeat: bool = False,
-    input_context: tf.distribute.InputContext | None = None,
-    bucket_boundaries: Sequence[int] | None = None,
-    drop_remainder: bool = False,
-    sampling_alpha: float | None = None,
-) -> tf.data.Dataset:
-    """Builds a batched, length-bucketed training or evaluation dataset.
+    batch_tokens,
+    max_length=128,
+    shuffle=True,
+    seed=0,
+    repeat=False,
+    input_context=None,
+    bucket_boundaries=None,
+    drop_remainder=False,
+    sampling_alpha=None,
+):
+    """Build a batched, length-bucketed training or evaluation dataset.
 
-    Each element is ``(inputs, labels)`` with ``inputs = {"source_ids": (B, S),
-    "target_ids": (B, T)}`` and ``labels`` of shape ``(B, T)``, all ``int32``
-    and padded with ``PAD_ID`` (0)::
+    Each element is `(inputs, labels)` with `inputs = {"source_ids": (B, S),
+    "target_ids": (B, T)}` and `labels` of shape `(B, T)`, all `int32`
+    and padded with `PAD_ID` (0)::
 
         source_ids = tokens(source) + [EOS]
         target_ids = [BOS] + tokens(target)      # decoder input (teacher forcing)
         labels     = tokens(target) + [EOS]      # target_ids shifted left by one
 
-    Pairs whose ``source_ids`` or ``labels`` would be longer than
-    ``max_length`` are dropped. The remaining examples are grouped by the
-    bucket of ``max(S, T)``: ``S`` and ``T`` are padded to that bucket's
-    boundary ``L`` and a batch holds ``batch_tokens // L`` examples, so that
-    ``B * S <= batch_tokens`` and ``B * T <= batch_tokens`` for every batch.
+    Pairs whose `source_ids` or `labels` would be longer than
+    `max_length` are dropped. The remaining examples are grouped by the
+    bucket of `max(S, T)`: `S` and `T` are padded to that bucket's
+    boundary `L` and a batch holds `batch_tokens // L` examples, so that
+    `B * S <= batch_tokens` and `B * T <= batch_tokens` for every batch.
 
-    Without ``sampling_alpha`` the sequence of batches is a deterministic
-    function of the arguments; with ``shuffle``, each pass over the data
+    Without `sampling_alpha` the sequence of batches is a deterministic
+    function of the arguments; with `shuffle`, each pass over the data
     (each repetition, or each new iterator) is shuffled differently, but
-    predictably from ``seed``.
+    predictably from `seed`.
 
-    Works with ``tf.distribute``: pass it to
-    ``strategy.distribute_datasets_from_function(lambda ctx: make_dataset(...,
-    input_context=ctx))``; each input pipeline then reads a disjoint shard of
-    the pairs, and ``batch_tokens`` is the budget of one replica.
+    Works with `tf.distribute`: pass it to
+    `strategy.distribute_datasets_from_function(lambda ctx: make_dataset(...,
+    input_context=ctx))`; each input pipeline then reads a disjoint shard of
+    the pairs, and `batch_tokens` is the budget of one replica.
 
     Args:
-        pairs: ``(source, target)`` sentence pairs.
-        tokenizer: The :class:`Tokenizer` for both languages.
-        batch_tokens: Upper bound on ``batch_size * padded_length`` of each
+        pairs: `(source, target)` sentence pairs.
+        tokenizer: the `Tokenizer` for both languages.
+        batch_tokens: upper bound on `batch_size * padded_length` of each
             batch, for source and target separately (per replica).
-        max_length: Longest allowed sequence, BOS/EOS included.
-        shuffle: Shuffle the pairs (with a buffer holding the whole shard).
-        seed: Shuffle seed.
-        repeat: Repeat indefinitely (for step-based training).
-        input_context: The ``tf.distribute.InputContext`` of this input
+        max_length: longest allowed sequence, BOS/EOS included.
+        shuffle: shuffle the pairs (with a buffer holding the whole shard).
+        seed: shuffle seed.
+        repeat: repeat indefinitely (for step-based training).
+        input_context: the `tf.distribute.InputContext` of this input
             pipeline, to read only its shard.
-        bucket_boundaries: Increasing padded lengths; ``max_length`` is
+        bucket_boundaries: increasing padded lengths; `max_length` is
             appended if missing. Defaults to
-            :func:`default_bucket_boundaries`.
-        drop_remainder: Drop the last, partial batch of each bucket (gives
+            `default_bucket_boundaries`.
+        drop_remainder: drop the last, partial batch of each bucket (gives
             static batch sizes per bucket).
-        sampling_alpha: If set, subword regularization: every pass over the
+        sampling_alpha: if set, subword regularization: every pass over the
             data draws a new segmentation of each sentence, source and target,
-            with :meth:`Tokenizer.sampler` and this ``alpha`` (in ``(0, 1]``).
+            with `Tokenizer.sampler` and this `alpha` (in `(0, 1]`).
             The draws are not seeded, so batches are no longer a deterministic
             function of the arguments. For training data only.
 
     Returns:
-        A ``tf.data.Dataset`` of ``(inputs, labels)`` batches, prefetched.
+        A `tf.data.Dataset` of `(inputs, labels)` batches, prefetched.
 
     Raises:
-        ValueError: If ``pairs`` is empty, ``batch_tokens < max_length``, or
+        ValueError: if `pairs` is empty, `batch_tokens < max_length`, or
             an argument is out of range.
 
     Example:
@@ -195,7 +191,7 @@ def make_dataset(
         )
         dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
 
-    def encode(source: tf.Tensor, target: tf.Tensor):
+    def encode(source, target):
         source_tokens = tokenize(source)
         target_tokens = tokenize(target)
         eos = tf.fill([source_tokens.nrows(), 1], EOS_ID)
@@ -260,23 +256,23 @@ def make_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def padding_fraction(dataset: tf.data.Dataset, num_batches: int | None = None) -> float:
+def padding_fraction(dataset, num_batches=None):
     """Fraction of positions that are padding, over source and target of all batches.
 
-    ``(pad positions in source_ids + pad positions in target_ids) / (all
-    positions in source_ids + target_ids)``, counted over the first
-    ``num_batches`` batches. It measures how much compute the bucketing
+    `(pad positions in source_ids + pad positions in target_ids) / (all
+    positions in source_ids + target_ids)`, counted over the first
+    `num_batches` batches. It measures how much compute the bucketing
     wastes: 0.0 means no padding at all.
 
     Args:
-        dataset: A dataset made by :func:`make_dataset`.
-        num_batches: Batches to inspect; all of them when ``None``.
+        dataset: a dataset made by `make_dataset`.
+        num_batches: batches to inspect; all of them when `None`.
 
     Returns:
-        The padding fraction, in ``[0, 1)``.
+        the padding fraction, in `[0, 1)`.
 
     Raises:
-        ValueError: If ``num_batches`` is ``None`` for an infinite dataset,
+        ValueError: if `num_batches` is `None` for an infinite dataset,
             not positive, or the dataset yields no batch.
 
     Example:

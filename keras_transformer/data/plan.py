@@ -1,37 +1,33 @@
 """Training batches planned per epoch, so that a run's input can start anywhere at once.
 
-:func:`data.make_dataset` streams pairs through shuffling, tokenization and bucketing;
+`data.make_dataset` streams pairs through shuffling, tokenization and bucketing;
 to continue a run at update 100,000 it would have to replay everything before it. A
-:class:`BatchPlan` tokenizes the corpus once, then plans each epoch from a seed (as
-fairseq's ``EpochBatchIterator`` does): the pairs of epoch ``e`` are shuffled with
-``(seed, e)``, grouped by the bucket of their length in that order, and cut into batches
-of ``batch_tokens // boundary`` pairs, each emitted when its last pair is reached (the
+`BatchPlan` tokenizes the corpus once, then plans each epoch from a seed (as
+fairseq's `EpochBatchIterator` does): the pairs of epoch `e` are shuffled with
+`(seed, e)`, grouped by the bucket of their length in that order, and cut into batches
+of `batch_tokens // boundary` pairs, each emitted when its last pair is reached (the
 partial batch of every bucket at the end of the epoch). The number of batches of an epoch
 does not depend on the shuffle, so a position, the number of global batches drawn since
-the start, is ``(epoch, offset)``, and the input starts there directly: the cost of a
+the start, is `(epoch, offset)`, and the input starts there directly: the cost of a
 restart does not grow with the updates done.
 
-Global batch ``g`` is fed to the replicas in order: with ``P`` input pipelines of ``R``
-replicas each, pipeline ``p`` delivers ``g = start + (k // R) * P * R + p * R + k % R``
-as its ``k``-th batch, so one update of ``R * P`` replicas and ``accum_steps``
-micro-batches takes ``R * P * accum_steps`` consecutive global batches whatever the
+Global batch `g` is fed to the replicas in order: with `P` input pipelines of `R`
+replicas each, pipeline `p` delivers `g = start + (k // R) * P * R + p * R + k % R`
+as its `k`-th batch, so one update of `R * P` replicas and `accum_steps`
+micro-batches takes `R * P * accum_steps` consecutive global batches whatever the
 layout, and a run resumed with another layout continues with the same examples.
 
-Batches are ``(inputs, labels)`` exactly as :func:`data.make_dataset` makes them
-(``source_ids = tokens + [EOS]``, ``target_ids = [BOS] + tokens``, ``labels = tokens +
-[EOS]``, padded with ``PAD_ID`` to the bucket boundary; pairs longer than ``max_length``
+Batches are `(inputs, labels)` exactly as `data.make_dataset` makes them
+(`source_ids = tokens + [EOS]`, `target_ids = [BOS] + tokens`, `labels = tokens +
+[EOS]`, padded with `PAD_ID` to the bucket boundary; pairs longer than `max_length`
 dropped).
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.pipeline import check_bucket_boundaries, default_bucket_boundaries
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.layers.checks import check_positive_int
 
 _TOKENIZE_CHUNK = 20_000
@@ -41,16 +37,16 @@ class BatchPlan:
     """A corpus tokenized once, and its batches planned per epoch (see the module docstring).
 
     Args:
-        pairs: ``(source, target)`` sentence pairs.
-        tokenizer: the :class:`Tokenizer` for both languages.
-        batch_tokens: upper bound on ``batch_size * padded_length`` of each batch, source
+        pairs: `(source, target)` sentence pairs.
+        tokenizer: the `Tokenizer` for both languages.
+        batch_tokens: upper bound on `batch_size * padded_length` of each batch, source
             and target each (per replica).
         max_length: longest allowed sequence, BOS/EOS included.
         bucket_boundaries: increasing padded lengths (default:
-            :func:`data.default_bucket_boundaries`).
-        seed: the shuffle seed; epoch ``e`` is shuffled with ``(seed, e)``.
+            `data.default_bucket_boundaries`).
+        seed: the shuffle seed; epoch `e` is shuffled with `(seed, e)`.
         interrupted: optional function of no arguments, checked between tokenization
-            chunks; when it returns True, planning stops with :class:`InterruptedError`.
+            chunks; when it returns True, planning stops with `InterruptedError`.
 
     Raises:
         ValueError: no pairs, no pair short enough, or a bad argument (named).
@@ -69,14 +65,14 @@ class BatchPlan:
 
     def __init__(
         self,
-        pairs: Sequence[tuple[str, str]],
-        tokenizer: Tokenizer,
+        pairs,
+        tokenizer,
         *,
-        batch_tokens: int,
-        max_length: int = 128,
-        bucket_boundaries: Sequence[int] | None = None,
-        seed: int = 0,
-        interrupted: Callable[[], bool] | None = None,
+        batch_tokens,
+        max_length=128,
+        bucket_boundaries=None,
+        seed=0,
+        interrupted=None,
     ):
         check_positive_int("batch_tokens", batch_tokens)
         if batch_tokens < max_length:
@@ -122,11 +118,11 @@ class BatchPlan:
         return np.concatenate(flat).astype(np.int32), offsets
 
     @property
-    def examples(self) -> int:
+    def examples(self):
         """Pairs per epoch (those that fit `max_length`)."""
         return int(self._kept.size)
 
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+    def epoch_batches(self, epoch):
         """The planned batches of `epoch`, in order: each an array of pair indices (into `pairs`)."""
         if self._cached_epoch is not None and self._cached_epoch[0] == epoch:
             return self._cached_epoch[1]
@@ -146,12 +142,12 @@ class BatchPlan:
         self._cached_epoch = (epoch, plan)
         return plan
 
-    def examples_before(self, batches_drawn: int) -> int:
+    def examples_before(self, batches_drawn):
         """Pairs delivered by the first `batches_drawn` global batches (the position counted in examples)."""
         epoch, offset = divmod(batches_drawn, self.batches_per_epoch)
         return epoch * self.examples + int(sum(b.size for b in self.epoch_batches(epoch)[:offset]))
 
-    def batch(self, global_index: int):
+    def batch(self, global_index):
         """Global batch `global_index` as padded numpy `(source_ids, target_ids, labels)`."""
         epoch, offset = divmod(global_index, self.batches_per_epoch)
         pairs = self.epoch_batches(epoch)[offset]
@@ -174,13 +170,7 @@ class BatchPlan:
     def _buckets_of(self, pairs):
         return self._buckets[np.searchsorted(self._kept, pairs)]
 
-    def global_indices(
-        self,
-        start: int,
-        num_pipelines: int = 1,
-        pipeline_id: int = 0,
-        replicas_per_pipeline: int = 1,
-    ):
+    def global_indices(self, start, num_pipelines=1, pipeline_id=0, replicas_per_pipeline=1):
         """The global batch indices one input pipeline delivers from position `start`, forever."""
         width = num_pipelines * replicas_per_pipeline
         k = 0
@@ -193,9 +183,7 @@ class BatchPlan:
             )
             k += 1
 
-    def dataset(
-        self, start: int = 0, input_context: tf.distribute.InputContext | None = None
-    ) -> tf.data.Dataset:
+    def dataset(self, start=0, input_context=None):
         """The batches from global position `start` on, for one input pipeline, repeating epochs forever."""
         if input_context is None:
             layout = (1, 0, 1)
@@ -217,6 +205,6 @@ class BatchPlan:
         )
         return dataset.prefetch(tf.data.AUTOTUNE)
 
-    def dataset_fn(self, batches_drawn: int):
+    def dataset_fn(self, batches_drawn):
         """`input_context -> dataset` starting at global position `batches_drawn` (for `Trainer.train`)."""
         return lambda input_context: self.dataset(batches_drawn, input_context)

@@ -1,32 +1,26 @@
 """SentencePiece subword tokenization: training a joint model and in-graph use.
 
-The :class:`Tokenizer` runs SentencePiece through ``tensorflow_text`` ops, so
-one object tokenizes eagerly, inside ``tf.data`` pipelines and inside
-``tf.function`` graphs, and can be saved in a SavedModel as part of a text-in,
+The `Tokenizer` runs SentencePiece through `tensorflow_text` ops, so
+one object tokenizes eagerly, inside `tf.data` pipelines and inside
+`tf.function` graphs, and can be saved in a SavedModel as part of a text-in,
 text-out serving signature.
 
-Every model trained by :func:`train_sentencepiece` reserves the same four ids,
+Every model trained by `train_sentencepiece` reserves the same four ids,
 which the rest of the toolkit relies on:
 
 =====  ==========  ==============================================
 id     piece       role
 =====  ==========  ==============================================
-0      ``<pad>``   padding (``PAD_ID``); masked out of attention
-1      ``<unk>``   unknown character (``UNK_ID``)
-2      ``<s>``     beginning of sequence (``BOS_ID``)
-3      ``</s>``    end of sequence (``EOS_ID``)
+0      `<pad>`   padding (`PAD_ID`); masked out of attention
+1      `<unk>`   unknown character (`UNK_ID`)
+2      `<s>`     beginning of sequence (`BOS_ID`)
+3      `</s>`    end of sequence (`EOS_ID`)
 =====  ==========  ==============================================
 """
 
-from __future__ import annotations
-
 import io
-import os
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Union
 
 import sentencepiece as spm
 import tensorflow as tf
@@ -35,29 +29,24 @@ import tensorflow_text as tf_text
 from keras_transformer import fs
 from keras_transformer.layers.checks import check_positive_int
 
-if TYPE_CHECKING:
-    import keras_hub
-
-PathLike = Union[str, "os.PathLike[str]"]
-
 PAD_ID = 0
-"""Id of the padding piece ``<pad>``."""
+"""Id of the padding piece `<pad>`."""
 UNK_ID = 1
-"""Id of the unknown piece ``<unk>``."""
+"""Id of the unknown piece `<unk>`."""
 BOS_ID = 2
-"""Id of the beginning-of-sequence piece ``<s>``."""
+"""Id of the beginning-of-sequence piece `<s>`."""
 EOS_ID = 3
-"""Id of the end-of-sequence piece ``</s>``."""
+"""Id of the end-of-sequence piece `</s>`."""
 
 WORD_START = "\u2581"
-"""SentencePiece's word-start mark ``▁``: a piece that begins with it begins a word."""
+"""SentencePiece's word-start mark `▁`: a piece that begins with it begins a word."""
 
 _NUM_RESERVED = 4
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 
-def _sample_sentences(sentences: Iterable[str], max_sentences: int | None, seed: int) -> list[str]:
-    """Keeps non-empty sentences; reservoir-samples ``max_sentences`` of them."""
+def _sample_sentences(sentences, max_sentences, seed):
+    """Keep non-empty sentences; reservoir-sample `max_sentences` of them."""
     if max_sentences is None:
         return [s for s in sentences if s]
     rng = random.Random(seed)
@@ -76,8 +65,8 @@ def _sample_sentences(sentences: Iterable[str], max_sentences: int | None, seed:
     return reservoir
 
 
-def _training_error(err: RuntimeError, vocabulary_size: int) -> ValueError:
-    """Turns a SentencePiece training failure into a ValueError that says why."""
+def _training_error(err, vocabulary_size):
+    """Turn a SentencePiece training failure into a ValueError that says why."""
     message = str(err)
     too_high = re.search(r"Vocabulary size too high .*?<= (\d+)", message)
     if too_high:
@@ -99,53 +88,53 @@ def _training_error(err: RuntimeError, vocabulary_size: int) -> ValueError:
 
 
 def train_sentencepiece(
-    sentences: Iterable[str],
-    output_path: PathLike,
-    vocabulary_size: int,
-    model_type: str = "unigram",
-    character_coverage: float = 1.0,
-    seed: int = 0,
-    max_sentences: int | None = None,
-    num_threads: int = 1,
-    whole_words: Sequence[str] = (),
-) -> Path:
-    """Trains a SentencePiece model on in-memory sentences and writes it to disk.
+    sentences,
+    output_path,
+    vocabulary_size,
+    model_type="unigram",
+    character_coverage=1.0,
+    seed=0,
+    max_sentences=None,
+    num_threads=1,
+    whole_words=(),
+):
+    """Train a SentencePiece model on in-memory sentences and write it to disk.
 
     For a joint source/target vocabulary, pass the sentences of both
-    languages. The model reserves ``<pad>``=0, ``<unk>``=1, ``<s>``=2 and
-    ``</s>``=3 and has exactly ``vocabulary_size`` pieces. Text is normalized with
-    SentencePiece's default ``nmt_nfkc`` rule (NFKC, whitespace runs collapsed).
+    languages. The model reserves `<pad>`=0, `<unk>`=1, `<s>`=2 and
+    `</s>`=3 and has exactly `vocabulary_size` pieces. Text is normalized with
+    SentencePiece's default `nmt_nfkc` rule (NFKC, whitespace runs collapsed).
 
     Training is deterministic: the same sentences and arguments give the same
     model bytes on every run (input order is kept, no internal sampling; the
-    result does depend on ``num_threads``).
+    result does depend on `num_threads`).
 
     Args:
-        sentences: Training text, one sentence per item; empty items are
+        sentences: training text, one sentence per item; empty items are
             skipped.
-        output_path: Where to write the model (e.g. ``run_dir / "spm.model"``, or a URL such as ``gs://...``);
+        output_path: where to write the model (e.g. `run_dir / "spm.model"`, or a URL such as `gs://...`);
             written through a temporary file and a rename, parent directories
             created.
-        vocabulary_size: Exact number of pieces, the 4 reserved ones included.
-        model_type: ``unigram`` (default), ``bpe``, ``char`` or ``word``.
-        character_coverage: Fraction of characters covered by the model; rarer
-            characters map to ``<unk>``. 1.0 suits languages with small
+        vocabulary_size: exact number of pieces, the 4 reserved ones included.
+        model_type: `unigram` (default), `bpe`, `char` or `word`.
+        character_coverage: fraction of characters covered by the model; rarer
+            characters map to `<unk>`. 1.0 suits languages with small
             alphabets.
-        seed: Seed of the sample drawn when ``max_sentences`` is exceeded.
-        max_sentences: If set and there are more non-empty sentences, train on
+        seed: seed of the sample drawn when `max_sentences` is exceeded.
+        max_sentences: if set and there are more non-empty sentences, train on
             a seeded uniform sample of this many.
         num_threads: SentencePiece trainer threads.
-        whole_words: Words that are always exactly one piece, ``"▁" + word``
+        whole_words: words that are always exactly one piece, `"▁" + word`
             (SentencePiece user-defined symbols), wherever they stand as a whole
             word; e.g. the bracket, label and tag symbols of linearized trees
-            (``data.trees.tree_symbols``). They count in ``vocabulary_size``.
+            (`data.trees.tree_symbols`). They count in `vocabulary_size`.
 
     Returns:
-        ``output_path`` as a :class:`pathlib.Path` (a URL as given).
+        `output_path` as a `pathlib.Path` (a URL as given).
 
     Raises:
-        ValueError: On an invalid argument, no non-empty sentence, or a
-            ``vocabulary_size`` the data cannot support (the message gives the
+        ValueError: on an invalid argument, no non-empty sentence, or a
+            `vocabulary_size` the data cannot support (the message gives the
             requested size and the limit SentencePiece reported).
 
     Example:
@@ -211,11 +200,11 @@ def train_sentencepiece(
     return fs.write_bytes(output_path, model.getvalue())
 
 
-def check_sampling_alpha(alpha: float) -> float:
-    """Returns ``alpha`` if it is a valid subword-sampling exponent, a number in ``(0, 1]``.
+def check_sampling_alpha(alpha):
+    """`alpha` if it is a valid subword-sampling exponent, a number in `(0, 1]`.
 
     Raises:
-        ValueError: Naming the value otherwise.
+        ValueError: naming the value otherwise.
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0:
         raise ValueError(
@@ -225,21 +214,21 @@ def check_sampling_alpha(alpha: float) -> float:
 
 
 class Tokenizer(tf.Module):
-    """A SentencePiece tokenizer usable eagerly, in ``tf.data`` and in graphs.
+    """A SentencePiece tokenizer usable eagerly, in `tf.data` and in graphs.
 
-    Wraps a :class:`tensorflow_text.SentencepieceTokenizer` built from the
-    serialized model. Being a :class:`tf.Module`, it is tracked when assigned
-    as an attribute of a Keras model or ``tf.Module``, so functions that use it
-    can be saved with ``tf.saved_model.save``.
+    Wraps a `tensorflow_text.SentencepieceTokenizer` built from the
+    serialized model. Being a `tf.Module`, it is tracked when assigned
+    as an attribute of a Keras model or `tf.Module`, so functions that use it
+    can be saved with `tf.saved_model.save`.
 
     Args:
-        model: Path of a ``.model`` file, or the serialized model bytes.
-        name: Module name.
+        model: path of a `.model` file, or the serialized model bytes.
+        name: module name.
 
     Raises:
-        FileNotFoundError: If ``model`` is a path that does not exist.
-        ValueError: If the data is not a SentencePiece model, or the model
-            does not reserve ``<pad>``=0, ``<unk>``=1, ``<s>``=2, ``</s>``=3.
+        FileNotFoundError: if `model` is a path that does not exist.
+        ValueError: if the data is not a SentencePiece model, or the model
+            does not reserve `<pad>`=0, `<unk>`=1, `<s>`=2, `</s>`=3.
 
     Example:
         >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
@@ -248,7 +237,7 @@ class Tokenizer(tf.Module):
         array([b'twenty one', b'einundzwanzig'], dtype=object)
     """
 
-    def __init__(self, model: PathLike | bytes, name: str = "tokenizer") -> None:
+    def __init__(self, model, name="tokenizer"):
         super().__init__(name=name)
         if isinstance(model, (bytes, bytearray, memoryview)):
             proto = bytes(model)
@@ -282,40 +271,40 @@ class Tokenizer(tf.Module):
         )
 
     @property
-    def model_proto(self) -> bytes:
+    def model_proto(self):
         """The serialized SentencePiece model."""
         return self._model_proto
 
     @property
-    def vocabulary_size(self) -> int:
+    def vocabulary_size(self):
         """Number of pieces, reserved ones included."""
         return self._processor.get_piece_size()
 
     @property
-    def pad_id(self) -> int:
-        """Id of ``<pad>`` (0)."""
+    def pad_id(self):
+        """Id of `<pad>` (0)."""
         return PAD_ID
 
     @property
-    def unk_id(self) -> int:
-        """Id of ``<unk>`` (1)."""
+    def unk_id(self):
+        """Id of `<unk>` (1)."""
         return UNK_ID
 
     @property
-    def bos_id(self) -> int:
-        """Id of ``<s>`` (2)."""
+    def bos_id(self):
+        """Id of `<s>` (2)."""
         return BOS_ID
 
     @property
-    def eos_id(self) -> int:
-        """Id of ``</s>`` (3)."""
+    def eos_id(self):
+        """Id of `</s>` (3)."""
         return EOS_ID
 
-    def id_to_piece(self, piece_id: int) -> str:
-        """Returns the piece string of an id, e.g. ``"▁dog"`` or ``"</s>"``.
+    def id_to_piece(self, piece_id):
+        """The piece string of an id, e.g. `"▁dog"` or `"</s>"`.
 
         Raises:
-            ValueError: If ``piece_id`` is outside ``[0, vocabulary_size)``.
+            ValueError: if `piece_id` is outside `[0, vocabulary_size)`.
         """
         if not 0 <= int(piece_id) < self.vocabulary_size:
             raise ValueError(
@@ -324,42 +313,42 @@ class Tokenizer(tf.Module):
             )
         return self._processor.id_to_piece(int(piece_id))
 
-    def tokenize(self, strings: str | Sequence[str] | tf.Tensor) -> tf.RaggedTensor | tf.Tensor:
-        """Splits text into piece ids, without adding ``<s>`` or ``</s>``.
+    def tokenize(self, strings):
+        """Split text into piece ids, without adding `<s>` or `</s>`.
 
         Args:
-            strings: A string, a list of strings, or a ``tf.string`` tensor.
+            strings: a string, a list of strings, or a `tf.string` tensor.
 
         Returns:
-            For a batch (rank-1) of strings, an ``int32`` ``tf.RaggedTensor``
-            of shape ``(batch, None)``; for a single string, an ``int32``
-            1-D ``tf.Tensor``.
+            for a batch (rank-1) of strings, an `int32` `tf.RaggedTensor`
+            of shape `(batch, None)`; for a single string, an `int32`
+            1-D `tf.Tensor`.
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self._sentencepiece.tokenize(strings)
 
-    def sampler(self, alpha: float) -> Callable[[tf.Tensor], tf.RaggedTensor]:
+    def sampler(self, alpha):
         """A tokenize function that samples a segmentation per call (subword regularization).
 
         Each call draws, for every string, one segmentation from all those the
         unigram model allows, with probability proportional to
-        ``P(segmentation) ** alpha`` (Kudo, 2018): the smaller ``alpha``, the
-        more often a word is split differently from :meth:`tokenize`. The
+        `P(segmentation) ** alpha` (Kudo, 2018): the smaller `alpha`, the
+        more often a word is split differently from `tokenize`. The
         pieces still detokenize to the same text. The draws are not seeded.
         The returned function is not tracked by this module, so it never ends
         up in an exported model.
 
         Args:
-            alpha: Smoothing exponent, a number in ``(0, 1]``; on Multi30k's
+            alpha: smoothing exponent, a number in `(0, 1]`; on Multi30k's
                 8,000-piece model, 0.5 changes about 40 % of the sentences and
                 lengthens them by 3 %, 0.3 changes 80 % and lengthens them by 12 %.
 
         Returns:
-            A function of a rank-1 ``tf.string`` tensor giving ``int32`` ragged
-            ids, like :meth:`tokenize`.
+            A function of a rank-1 `tf.string` tensor giving `int32` ragged
+            ids, like `tokenize`.
 
         Raises:
-            ValueError: If ``alpha`` is not in ``(0, 1]``.
+            ValueError: if `alpha` is not in `(0, 1]`.
         """
         check_sampling_alpha(alpha)
         sampling = tf_text.SentencepieceTokenizer(
@@ -372,23 +361,23 @@ class Tokenizer(tf.Module):
         )
         return sampling.tokenize
 
-    def detokenize(self, ids: Sequence | tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
-        """Turns ids back into text, ignoring padding and special pieces.
+    def detokenize(self, ids):
+        """Turn ids back into text, ignoring padding and special pieces.
 
-        Each row is cut at its first ``</s>``; ``<pad>`` and ``<s>`` are
+        Each row is cut at its first `</s>`; `<pad>` and `<s>` are
         dropped. This makes the method suitable for padded batches and for
-        decoder output that continues after ``</s>``.
+        decoder output that continues after `</s>`.
 
         Args:
-            ids: Integer ids, dense (padded) or ragged, of shape
-                ``(batch, length)`` or ``(length,)``; any integer dtype.
+            ids: integer ids, dense (padded) or ragged, of shape
+                `(batch, length)` or `(length,)`; any integer dtype.
 
         Returns:
-            A ``tf.string`` tensor of shape ``(batch,)``, or a scalar for 1-D
+            A `tf.string` tensor of shape `(batch,)`, or a scalar for 1-D
             input.
 
         Raises:
-            ValueError: If ``ids`` is not of rank 1 or 2.
+            ValueError: if `ids` is not of rank 1 or 2.
         """
         if not isinstance(ids, tf.RaggedTensor):
             try:
@@ -409,14 +398,14 @@ class Tokenizer(tf.Module):
         keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
         return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))
 
-    def as_keras_hub(self) -> keras_hub.tokenizers.SentencePieceTokenizer:
-        """Returns an equivalent ``keras_hub.tokenizers.SentencePieceTokenizer``.
+    def as_keras_hub(self):
+        """An equivalent `keras_hub.tokenizers.SentencePieceTokenizer`.
 
-        It gives the same ids as :meth:`tokenize`, for use with keras-hub
+        It gives the same ids as `tokenize`, for use with keras-hub
         preprocessing layers. Called eagerly, the keras-hub tokenizer runs the
-        Python ``sentencepiece`` library and returns Python lists; inside a
-        ``tf.function`` or ``tf.data`` map it runs ``tensorflow_text`` ops and
-        returns a ``tf.RaggedTensor``.
+        Python `sentencepiece` library and returns Python lists; inside a
+        `tf.function` or `tf.data` map it runs `tensorflow_text` ops and
+        returns a `tf.RaggedTensor`.
 
         Example:
             >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
@@ -430,5 +419,5 @@ class Tokenizer(tf.Module):
 
         return keras_hub.tokenizers.SentencePieceTokenizer(proto=self._model_proto)
 
-    def __repr__(self) -> str:
+    def __repr__(self):
         return f"Tokenizer(vocabulary_size={self.vocabulary_size})"

@@ -15,8 +15,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import flags
 
-from keras_transformer import cli
-from keras_transformer.training.checkpoints import write_averaged_checkpoint
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+from keras_transformer import cli  # noqa: E402
+from keras_transformer.training.checkpoints import write_averaged_checkpoint  # noqa: E402
 
 flags.DEFINE_string(
     "model_dir", None, "Run directory written by experiments/train.py.", required=True

@@ -23,6 +23,10 @@ from pathlib import Path  # noqa: E402
 
 from absl import flags  # noqa: E402
 
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
 from keras_transformer import cli  # noqa: E402
 from keras_transformer.benchmark.accelerator import prepare  # noqa: E402
 from keras_transformer.benchmark.peaks import cpu_flags  # noqa: E402

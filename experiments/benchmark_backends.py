@@ -16,8 +16,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import flags  # noqa: E402
 
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
 from keras_transformer import cli  # noqa: E402
-from keras_transformer.benchmark.backends import (
+from keras_transformer.benchmark.backends import (  # noqa: E402
     BACKENDS,
     format_summary,
     prepare,

@@ -16,9 +16,13 @@ from pathlib import Path  # noqa: E402
 
 from absl import flags  # noqa: E402
 
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
 from keras_transformer import cli  # noqa: E402
 from keras_transformer.benchmark.peaks import hardware_peak  # noqa: E402
-from keras_transformer.benchmark.restart import (
+from keras_transformer.benchmark.restart import (  # noqa: E402
     restart_times,
     time_to_first_update,
     write_synthetic_corpus,

@@ -25,10 +25,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import app, flags
 
-from keras_transformer import cli
-from keras_transformer.data.sources import load_pairs
-from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
-from keras_transformer.runs import read_run_config
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+from keras_transformer import cli  # noqa: E402
+from keras_transformer.data.sources import load_pairs  # noqa: E402
+from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model  # noqa: E402
+from keras_transformer.runs import read_run_config  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string(

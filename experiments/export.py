@@ -24,8 +24,14 @@ import sys
 
 from absl import app, flags
 
-from keras_transformer import cli, fs  # first: it imports TensorFlow without the start-up log lines
-from keras_transformer.export import (
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import cli, fs  # noqa: E402
+from keras_transformer.export import (  # noqa: E402
     DEFAULT_WARMUP_SENTENCES,
     TranslationModule,
     export_saved_model,
@@ -33,11 +39,8 @@ from keras_transformer.export import (
     serving_commands,
     validation_sample,
 )
-from keras_transformer.export.parser import ParsingModule, is_parsing_run
-from keras_transformer.runs import TOKENIZER_FILE, read_run_config
-
-# isort: split
-import tensorflow as tf  # noqa: E402  (after keras_transformer, see above)
+from keras_transformer.export.parser import ParsingModule, is_parsing_run  # noqa: E402
+from keras_transformer.runs import TOKENIZER_FILE, read_run_config  # noqa: E402
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}

@@ -24,10 +24,14 @@ import sys
 
 from absl import app, flags
 
-from keras_transformer import cli, fs
-from keras_transformer.decoding import Parser, decode_lines
-from keras_transformer.decoding.parser import check_not_blank
-from keras_transformer.runs import load_ensemble, read_run_config
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+from keras_transformer import cli, fs  # noqa: E402
+from keras_transformer.decoding import Parser, decode_lines  # noqa: E402
+from keras_transformer.decoding.parser import check_not_blank  # noqa: E402
+from keras_transformer.runs import load_ensemble, read_run_config  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "Run directory trained with --dataset=ptb.", required=True)
 cli.define_checkpoint_flags(ensemble=True)

@@ -26,10 +26,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import flags
 
-from keras_transformer import cli, runs
-from keras_transformer.data.sources import load_pairs
-from keras_transformer.evaluation import default_tokenize, score_checkpoints
-from keras_transformer.visualization import (
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+from keras_transformer import cli, runs  # noqa: E402
+from keras_transformer.data.sources import load_pairs  # noqa: E402
+from keras_transformer.evaluation import default_tokenize, score_checkpoints  # noqa: E402
+from keras_transformer.visualization import (  # noqa: E402
     plot_training_curves,
     read_run_scalars,
     run_pauses,

@@ -19,8 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 
 from absl import app, flags, logging
 
-from keras_transformer import cli, cpu_allocator
-from keras_transformer.training import (
+from keras_transformer import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before the imports below import TensorFlow
+
+from keras_transformer import cli, cpu_allocator  # noqa: E402
+from keras_transformer.training import (  # noqa: E402
     ON_NONFINITE,
     PRECISIONS,
     STRATEGIES,
@@ -29,9 +33,9 @@ from keras_transformer.training import (
     create_strategy,
     train_translation,
 )
-from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunDirectoryBusyError
-from keras_transformer.training.progress import TerminationSignal
-from keras_transformer.training.run import DEFAULT_TOKENIZER_WAIT
+from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunDirectoryBusyError  # noqa: E402
+from keras_transformer.training.progress import TerminationSignal  # noqa: E402
+from keras_transformer.training.run import DEFAULT_TOKENIZER_WAIT  # noqa: E402
 
 cli.define_config_flags("tiny")
 cli.define_corpus_flags()

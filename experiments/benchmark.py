@@ -2,44 +2,50 @@ r"""Training throughput against a keras-hub peer, measured in the same run, as o
 
     python experiments/benchmark.py --preset=small --data_dir=../shared/data/multi30k
 
-Rows (every ratio compares two measurements taken in this run, on this machine). The peer
+Every ratio compares two measurements taken in this run, on this machine. The peer
 is the same-size model built from keras_hub.layers.TransformerEncoder/TransformerDecoder
 under the same dtype policy (--precision) and with our dropout placement
 (`benchmark.keras_hub_transformer`); both train with the same step function: the same
 label-smoothed loss and optimizer on each model's training output
 (`training.loss.labels_and_logits`): ours gives the logits of the real target positions
 only (`Transformer.real_target_logits`), the peer, as keras-hub builds it, the (B, T, V) logits.
-  a. training step throughput, ours vs the peer, identical padded batches;
-  b1. real target tokens/s, ours vs the peer, both on our length-bucketed batches;
-  b1'. the same batches, the two models taking turns on every batch (each batch's fastest
-      of --rounds; the peer's time over ours is also printed per batch shape);
-  b1''. b1' with the peer's logits and loss on the real target positions too
-      (`benchmark.peers.PeerTargetRows`): the same training output on both sides;
-  b2. real target tokens/s, our model on our bucketed batches vs the same model on
+The rows, by the key that starts each printed name:
+  keras_hub_padded: training step throughput, ours vs the peer, identical padded batches;
+  keras_hub_whole_pass: real target tokens/s, ours vs the peer, both on our length-bucketed
+      batches, each model timed over the whole pass;
+  keras_hub_per_batch: the same batches, the two models taking turns on every batch (each
+      batch's fastest of --rounds; the peer's time over ours is also printed per batch shape);
+  keras_hub_target_rows: keras_hub_per_batch with the peer's logits and loss on the real
+      target positions too (`benchmark.peers.PeerTargetRows`): the same training output on
+      both sides;
+  bucketing: real target tokens/s, our model on our bucketed batches vs the same model on
       fixed-length padding (every batch padded to --max_length): the bucketing gain;
-  b3. the same batches, our model skipping the padding (`--skip_padding`, the default)
-      against the same weights computing at the padding too, taking turns on every batch;
-  c1. model FLOP utilization (MFU) on real tokens: training FLOP/s over the hardware's
+  skip_padding: the same batches, our model skipping the padding (`--skip_padding`, the
+      default) against the same weights computing at the padding too, taking turns on every batch;
+  mfu: model FLOP utilization (MFU) on real tokens: training FLOP/s over the hardware's
       peak for the compute dtype (CPU: cores x FMA units x SIMD lanes x 2 x clock, read
       from the machine and printed with its inputs; GPU: the published dense peak);
-  c2. the same FLOP/s as a fraction of the matmul rate of the compute dtype measured in this run;
-  d. with --model_dir (a run trained on Multi30k; search settings from its config, paper:
-     beam 4, alpha 0.6, offset 50): cached beam search versus recomputing the
-     prefix every step, on the same test sentences, in graph mode and compiled with XLA
-     (there the baseline re-runs its whole static output buffer); and the exported
-     SavedModel translating the whole test_2016_flickr split with them (seconds, after
-     one warm-up batch). --saved_model_baseline=DIR adds another export of the run (e.g.
-     written by an earlier version): the two translate the split in turn, --rounds
-     passes each, and a row gives the ratio and how many outputs are the same;
-  e. with --model_dir and --ctranslate2: the same weights on the same test sentences with
-     the run's beam size and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
-     CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
-     engine applies its own length penalty, see docs/ctranslate2.md). Each engine gets its
-     fastest of --decode_batch_sizes (a sweep on 256 sentences, printed), then the engines
-     alternate over --rounds passes and each keeps its fastest.
-     --profile_saved_model adds where the SavedModel's time goes: sentences/s and the op
-     time by kind (beam reorder, self-attention, ...) at each batch size, from TensorFlow's
-     profiler.
+  matmul_fraction: the same FLOP/s as a fraction of the matmul rate of the compute dtype
+      measured in this run;
+  cached_search_graph, cached_search_xla, saved_model (the decoding rows), with --model_dir
+      (a run trained on Multi30k; search settings from its config, paper: beam 4, alpha 0.6,
+      offset 50): cached beam search versus recomputing the prefix every step, on the same
+      test sentences, in graph mode and compiled with XLA (there the baseline re-runs its
+      whole static output buffer); and the exported SavedModel translating the whole
+      test_2016_flickr split with them (seconds, after one warm-up batch).
+      --saved_model_baseline=DIR adds another export of the run (e.g. written by an earlier
+      version): the two translate the split in turn, --rounds passes each, and a row
+      (saved_model_vs_baseline) gives the ratio and how many outputs are the same;
+  ctranslate2_float32, ctranslate2_int8, ... (the ctranslate2 rows), with --model_dir and
+      --ctranslate2: the same weights on the same test sentences with the run's beam size
+      and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
+      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
+      engine applies its own length penalty, see docs/ctranslate2.md). Each engine gets its
+      fastest of --decode_batch_sizes (a sweep on 256 sentences, printed), then the engines
+      alternate over --rounds passes and each keeps its fastest.
+      --profile_saved_model adds where the SavedModel's time goes: sentences/s and the op
+      time by kind (beam reorder, self-attention, ...) at each batch size, from TensorFlow's
+      profiler.
   --profile_training: where a training step's time goes, ours and the peer on the same
      bucketed batches (TensorFlow's profiler: each part's share of the op time and the top
      op types; with --jit_compile, the step time only). Its own table, after the rows:
@@ -47,10 +53,10 @@ only (`Transformer.real_target_logits`), the peer, as keras-hub builds it, the (
     python experiments/benchmark.py --preset=small --data_dir=../shared/data/multi30k \
         --notraining --profile_training --steps=6
 
-  f. with --attention_scaling: one encoder layer of the preset (forward + backward, batch 1)
-     at n = --scaling_lengths, full attention against --scaling_window r, timed
-     alternately: milliseconds and peak memory per step, and their growth per doubling of n
-     (the paper's Table 1: O(n^2) full, O(r n) windowed). Its own table and plot:
+  attention_scaling, with --attention_scaling: one encoder layer of the preset (forward +
+      backward, batch 1) at n = --scaling_lengths, full attention against --scaling_window r,
+      timed alternately: milliseconds and peak memory per step, and their growth per doubling
+      of n (the paper's Table 1: O(n^2) full, O(r n) windowed). Its own table and plot:
 
     python experiments/benchmark.py --notraining --attention_scaling \
         --scaling_plot=docs/images/attention_scaling_cpu.png
@@ -91,42 +97,62 @@ cli.define_multi30k_flags()
 flags.DEFINE_integer("steps", 30, "Timed training steps per measurement.")
 flags.DEFINE_integer("rounds", 3, "Alternating timing rounds; each side keeps its fastest.")
 flags.DEFINE_integer("batch_tokens", 4096, "Token budget per batch (bucketed pipeline).")
-flags.DEFINE_integer("padded_length", 32, "Row a: sentences are cut/padded to this length.")
-flags.DEFINE_integer("padded_batch", 64, "Row a: sentences per padded batch.")
+flags.DEFINE_integer(
+    "padded_length", 32, "keras_hub_padded: sentences are cut/padded to this length."
+)
+flags.DEFINE_integer("padded_batch", 64, "keras_hub_padded: sentences per padded batch.")
 flags.DEFINE_string("precision", "float32", "Dtype policy of both models.")
 flags.DEFINE_bool("jit_compile", False, "Compile both training steps with XLA.")
 flags.DEFINE_integer("seed", 0, "Seed.")
-flags.DEFINE_string("model_dir", None, "A trained Multi30k run for the decoding rows (d).")
-flags.DEFINE_integer("decode_sentences", 128, "Row d: test sentences for cached versus recompute.")
+flags.DEFINE_string(
+    "model_dir", None, "A trained Multi30k run for the decoding and ctranslate2 rows."
+)
+flags.DEFINE_integer(
+    "decode_sentences", 128, "cached_search: test sentences for cached versus recompute."
+)
 flags.DEFINE_integer(
     "saved_model_sentences",
     None,
-    "Row d: translate only this many test sentences with the SavedModel (default: all).",
+    "saved_model: translate only this many test sentences with the SavedModel (default: all).",
 )
 flags.DEFINE_string(
     "saved_model_baseline",
     None,
-    "Row d: another export of the run (e.g. by an earlier version), "
+    "saved_model_vs_baseline: another export of the run (e.g. by an earlier version), "
     "timed in turn with ours over the same sentences (--rounds passes each).",
 )
-flags.DEFINE_bool("training", True, "Measure the training rows a-c (--notraining: only rows d-f).")
+flags.DEFINE_bool(
+    "training",
+    True,
+    "Measure the training rows, keras_hub_padded to matmul_fraction (--notraining: only the "
+    "decoding, ctranslate2 and attention_scaling rows).",
+)
 flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG.")
 flags.DEFINE_integer(
-    "fma_units", 2, "Row c1 on CPU: FMA units per core (the machine does not expose it)."
+    "fma_units", 2, "mfu on CPU: FMA units per core (the machine does not expose it)."
 )
 
 flags.DEFINE_bool(
-    "ctranslate2", False, "Row e (with --model_dir): our SavedModel and search against CTranslate2."
+    "ctranslate2",
+    False,
+    "The ctranslate2 rows (with --model_dir): our SavedModel and search against CTranslate2.",
 )
-flags.DEFINE_integer("ctranslate2_sentences", 1000, "Row e: the first this many test sentences.")
-cli.define_vocabulary_map_flag()  # row e: three more engines over the shortlist; the profile: over it
+flags.DEFINE_integer(
+    "ctranslate2_sentences", 1000, "The ctranslate2 rows: the first this many test sentences."
+)
+cli.define_vocabulary_map_flag()  # ctranslate2 rows: three more engines over it; the profile: over it
 flags.DEFINE_bool(
-    "row_d", True, "With --model_dir: row d (--norow_d: only row e or the SavedModel profile)."
+    "decoding_rows",
+    True,
+    "With --model_dir: the decoding rows, cached_search and saved_model (--nodecoding_rows: "
+    "only the ctranslate2 rows or the SavedModel profile).",
 )
+flags.DEFINE_alias("row_d", "decoding_rows")  # the name before, in commands of docs/results-log.md
 flags.DEFINE_list(
     "decode_batch_sizes",
     ["16", "32", "64", "128"],
-    "Rows e and --profile_saved_model: batch sizes tried (row e gives each engine its fastest).",
+    "The ctranslate2 rows and --profile_saved_model: batch sizes tried (the ctranslate2 rows "
+    "give each engine its fastest).",
 )
 flags.register_validator(
     "decode_batch_sizes",
@@ -155,21 +181,30 @@ flags.DEFINE_integer(
 flags.DEFINE_bool(
     "attention_scaling",
     False,
-    "Row f: one encoder layer's cost against n, full vs windowed attention.",
+    "The attention_scaling table: one encoder layer's cost against n, full vs windowed attention.",
 )
-flags.DEFINE_list("scaling_lengths", ["128", "512", "2048", "8192"], "Row f: sequence lengths n.")
+flags.DEFINE_list(
+    "scaling_lengths", ["128", "512", "2048", "8192"], "attention_scaling: sequence lengths n."
+)
 flags.register_validator(
     "scaling_lengths",
     lambda values: all(value.isdigit() and int(value) > 0 for value in values),
     "--scaling_lengths takes positive integers, e.g. 128,512,2048.",
 )
 flags.DEFINE_integer(
-    "scaling_window", 64, lower_bound=1, help="Row f: the window r of the windowed layer."
+    "scaling_window",
+    64,
+    lower_bound=1,
+    help="attention_scaling: the window r of the windowed layer.",
 )
 flags.DEFINE_bool(
-    "scaling_memory", True, "Row f: also measure peak memory (a fresh process per point)."
+    "scaling_memory",
+    True,
+    "attention_scaling: also measure peak memory (a fresh process per point).",
 )
-flags.DEFINE_string("scaling_plot", None, "Row f: write time and memory against n as a PNG.")
+flags.DEFINE_string(
+    "scaling_plot", None, "attention_scaling: write time and memory against n as a PNG."
+)
 
 FLAGS = flags.FLAGS
 
@@ -178,17 +213,17 @@ def main(argv):
     del argv
     if not (FLAGS.training or FLAGS.model_dir or FLAGS.attention_scaling or FLAGS.profile_training):
         raise app.UsageError(
-            "--notraining leaves rows d-f: give --model_dir (d, e), --attention_scaling (f) "
-            "or --profile_training."
+            "--notraining leaves the decoding, ctranslate2 and attention_scaling rows: give "
+            "--model_dir, --attention_scaling or --profile_training."
         )
     if FLAGS.vocabulary_map and not (
         FLAGS.model_dir and (FLAGS.ctranslate2 or FLAGS.profile_saved_model)
     ):
         raise app.UsageError(
-            f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by row e (--ctranslate2) and "
+            f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by the ctranslate2 rows (--ctranslate2) and "
             "--profile_saved_model, both with --model_dir: give one of them, or leave it out."
         )
-    cli.quiet_info_logs()  # rows d and e export a SavedModel
+    cli.quiet_info_logs()  # the decoding and ctranslate2 rows export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]
     if FLAGS.threads:  # before TensorFlow runs anything
@@ -227,10 +262,10 @@ def main(argv):
         )
     vocabulary_map = cli.vocabulary_map(
         FLAGS.model_dir
-    )  # for row e and the profile (None without the flag)
+    )  # for the ctranslate2 rows and the profile (None without the flag)
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
-        if FLAGS.row_d:
+        if FLAGS.decoding_rows:
             rows.extend(
                 decoding_rows(
                     FLAGS.model_dir,
@@ -257,7 +292,8 @@ def main(argv):
         print()
         print(format_table(rows))
         print(
-            "(c: ours and base in GFLOP/s; d: sentences/s, and seconds with the target as an upper bound)"
+            "(mfu, matmul_fraction: ours and base in GFLOP/s; saved_model: seconds, with the target "
+            "as an upper bound; the other decoding rows: sentences/s)"
         )
         if FLAGS.plot:
             plot_ratios(rows, FLAGS.plot)
@@ -289,7 +325,7 @@ def main(argv):
     if FLAGS.attention_scaling:
         config = cli.config_from_flags()
         print(
-            f"f. one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
+            f"attention_scaling: one encoder layer of preset {FLAGS.preset} (d_model {config.hidden_dim}, {config.num_heads} heads, "
             f"d_ff {config.intermediate_dim}, dropout {config.dropout}), forward + backward, batch 1"
         )
         points = attention_scaling(

@@ -1,6 +1,6 @@
-r"""Row h: ours against the keras-hub peer on JAX or PyTorch, e.g. on a GPU (keras_transformer.benchmark.accelerator).
+r"""keras_hub_accelerator: ours against the keras-hub peer on JAX or PyTorch, e.g. on a GPU (keras_transformer.benchmark.accelerator).
 
-    python experiments/benchmark_accelerator.py --work_dir=/tmp/row_h --preset=base --vocabulary_size=8000 \
+    python experiments/benchmark_accelerator.py --work_dir=/tmp/gpu_batches --preset=base --vocabulary_size=8000 \
         --data_dir=../shared/data/multi30k --batch_tokens=25000 --precision=mixed_bfloat16
 
 Writes the work directory (the config and Multi30k batches from our bucketed pipeline, the

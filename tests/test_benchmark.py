@@ -1,4 +1,4 @@
-"""experiments/benchmark.py (rows a-d), the keras-hub peer on equal terms, FLOP counts and hardware peaks."""
+"""experiments/benchmark.py (its training and decoding rows), the keras-hub peer on equal terms, FLOP counts and hardware peaks."""
 
 import keras
 import matplotlib.image
@@ -24,6 +24,20 @@ from keras_transformer.benchmark.backends import summarize as summarize_backends
 from keras_transformer.benchmark.peers import attention_layers, keras_hub_beam_search
 from keras_transformer.layers.dropout import ReplicaDropout
 from tests.scripts import run_script
+
+# The keys that start the training rows' names, in the order the script prints them.
+TRAINING_ROWS = (
+    "keras_hub_padded: ",
+    "keras_hub_whole_pass: ",
+    "keras_hub_per_batch: ",
+    "keras_hub_target_rows: ",
+    "bucketing: ",
+    "skip_padding: ",
+    "mfu: ",
+    "matmul_fraction: ",
+)
+
+TABLE_HEADER = ["measurement", "ours", "peer/base", "ratio", "target"]
 
 PEER_CONFIG = dict(
     vocabulary_size=100,
@@ -89,7 +103,7 @@ def test_peer_drops_out_where_ours_does(attention_dropout):
 
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_peer_target_rows_give_the_peers_loss_and_gradients(normalize_first):
-    """The peer of row b1'' (`PeerTargetRows`): on the peer's weights, the real target positions'
+    """The peer of the keras_hub_target_rows row (`PeerTargetRows`): on the peer's weights, the real target positions'
     logits, the loss and every gradient of the peer's full `(B, T, V)` logits."""
     import tensorflow as tf
 
@@ -293,12 +307,12 @@ def test_gpu_peaks_are_the_published_dense_ones():
 
 def test_format_table_marks_targets():
     rows = [
-        Row("a. faster", 2.0, 1.0, 2.0, 1.25),
-        Row("b. slower", 1.0, 2.0, 0.5, 1.0),
-        Row("c. no target", 3.0, 6.0, 0.5, None),
+        Row("faster: a", 2.0, 1.0, 2.0, 1.25),
+        Row("slower: b", 1.0, 2.0, 0.5, 1.0),
+        Row("no_target: c", 3.0, 6.0, 0.5, None),
     ]
     lines = format_table(rows).splitlines()
-    assert lines[0].split() == ["measurement", "ours", "peer/base", "ratio", "target"]
+    assert lines[0].split() == TABLE_HEADER
     assert lines[1].split()[-2:] == ["1.25", "ok"]
     assert lines[2].split()[-2:] == ["1.00", "MISSED"]
     assert lines[3].split()[-1] == "-"
@@ -324,28 +338,26 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
         f"--plot={tmp_path / 'ratios.png'}",
     )
     for row in (
-        "a. train steps/s",
-        "b1. real target tokens/s, same bucketed batches",
-        "b2. real target tokens/s, bucketed vs fixed padding, ours",
-        "b3. the same, ours vs ours computing at the padding",
-        "c1. MFU: training FLOP/s / float32 peak",
-        "c2. training FLOP/s / measured float32 matmul FLOP/s",
+        "keras_hub_padded: train steps/s",
+        "keras_hub_whole_pass: real target tokens/s, same bucketed batches",
+        "bucketing: real target tokens/s, bucketed vs fixed padding, ours",
+        "skip_padding: the same batches, ours vs ours computing at the padding",
+        "mfu: training FLOP/s / float32 peak",
+        "matmul_fraction: training FLOP/s / measured float32 matmul FLOP/s",
+        "keras_hub_per_batch by batch shape",
         "peak: ",
         "FMA units x",
     ):
         assert row in result.stdout
     assert "parameters: ours" in result.stdout
-    for name in (
-        "a. train steps/s",
-        "b1. ",
-        "b1'. ",
-        "b1''. ",
-        "b2. ",
-        "b3. ",
-        "c1. ",
-        "c2. ",
-    ):  # printed as measured, then in the table
-        assert sum(line.startswith(name) for line in result.stdout.splitlines()) == 2, name
+    lines = result.stdout.splitlines()
+    for name in TRAINING_ROWS:  # printed as measured, then in the table
+        assert sum(line.startswith(name) for line in lines) == 2, name
+    header = max(i for i, line in enumerate(lines) if line.split() == TABLE_HEADER)
+    table = lines[header + 1 :]  # the table after the rows printed as measured
+    assert [line.partition(":")[0] + ": " for line in table[: len(TRAINING_ROWS)]] == list(
+        TRAINING_ROWS
+    )
     assert matplotlib.image.imread(tmp_path / "ratios.png").shape[2] in (3, 4)
 
 
@@ -459,21 +471,25 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
         "--threads=2",
         f"--saved_model_baseline={baseline}",
     )
-    assert "d. beam 4 sentences/s, cached vs recompute, graph" in result.stdout
-    assert "d. beam 4 sentences/s, cached vs recompute, XLA" in result.stdout
-    assert "d. SavedModel, 6 test sentences, beam 4 (s)" in result.stdout
-    assert "d. SavedModel vs baseline export (s), same outputs 6/6" in result.stdout
-    assert "e. 4 sentences, beam 4, alpha 0.6 (each engine's own length penalty)" in result.stdout
-    assert "e. SavedModel vs CTranslate2 float32, sentences/s" in result.stdout
-    assert "a. train steps/s" not in result.stdout and "parameters: ours" not in result.stdout
+    assert "cached_search_graph: beam 4 sentences/s, cached vs recompute" in result.stdout
+    assert "cached_search_xla: beam 4 sentences/s, cached vs recompute" in result.stdout
+    assert "saved_model: 6 test sentences, beam 4 (s)" in result.stdout
+    assert "saved_model_vs_baseline: seconds, same outputs 6/6" in result.stdout
+    assert (
+        "ctranslate2: 4 sentences, beam 4, alpha 0.6 (each engine's own length penalty)"
+        in result.stdout
+    )
+    for name in ("ctranslate2_float32", "ctranslate2_in_process", "ctranslate2_int8_gain"):
+        assert sum(line.startswith(f"{name}: ") for line in result.stdout.splitlines()) == 1, name
+    assert "ctranslate2_int8: SavedModel vs CTranslate2 int8, sentences/s" in result.stdout
+    assert "keras_hub_padded" not in result.stdout and "parameters: ours" not in result.stdout
     assert "signature_serialization" not in result.stderr, result.stderr[
         -2000:
     ]  # the export's INFO lines
     result = run_script("benchmark.py", "--notraining", check=False)
     assert (
         result.returncode != 0
-        and "give --model_dir (d, e), --attention_scaling (f) or --profile_training"
-        in result.stderr
+        and "give --model_dir, --attention_scaling or --profile_training" in result.stderr
     )
     result = run_script(
         "benchmark.py",
@@ -484,12 +500,13 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
     )
     assert (
         result.returncode != 0
-        and "--vocabulary_map=20,500 is used by row e (--ctranslate2)" in result.stderr
+        and "--vocabulary_map=20,500 is used by the ctranslate2 rows (--ctranslate2)"
+        in result.stderr
     )
 
 
 def test_attention_scaling_row(tmp_path):
-    """Row f's code at two tiny lengths (no timing claims): the table, its growth column and the plot."""
+    """The attention_scaling table's code at two tiny lengths (no timing claims): the table, its growth column and the plot."""
     result = run_script(
         "benchmark.py",
         "--notraining",
@@ -505,7 +522,7 @@ def test_attention_scaling_row(tmp_path):
         f"--scaling_plot={tmp_path / 'scaling.png'}",
     )
     assert (
-        "f. one encoder layer of preset tiny (d_model 16, 2 heads, d_ff 32, dropout 0.1)"
+        "attention_scaling: one encoder layer of preset tiny (d_model 16, 2 heads, d_ff 32, dropout 0.1)"
         in result.stdout
     )
     table = [line for line in result.stdout.splitlines() if line.startswith("| ")]

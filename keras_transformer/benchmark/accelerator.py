@@ -1,14 +1,15 @@
-r"""Row h: training throughput on JAX or PyTorch, ours against the keras-hub peer, on a GPU.
+r"""keras_hub_accelerator: training throughput on JAX or PyTorch, ours against the keras-hub
+peer, on a GPU.
 
-Rows a-c (`rows.training_rows`) time TensorFlow. This row times the same two models on the
+The training rows (`rows.training_rows`) time TensorFlow. This row times the same two models on the
 other backends, where a GPU machine may have JAX or PyTorch and no TensorFlow at all. It
 runs in two steps:
 
     # where the data and TensorFlow are: the batches (experiments/benchmark_accelerator.py)
-    python experiments/benchmark_accelerator.py --work_dir=/tmp/row_h --preset=base \
+    python experiments/benchmark_accelerator.py --work_dir=/tmp/gpu_batches --preset=base \
         --vocabulary_size=8000 --data_dir=../shared/data/multi30k --noworkers
     # on the accelerator: one process per backend (no TensorFlow needed)
-    KERAS_BACKEND=jax python -m keras_transformer.benchmark.accelerator /tmp/row_h [PRECISION]
+    KERAS_BACKEND=jax python -m keras_transformer.benchmark.accelerator /tmp/gpu_batches [PRECISION]
 
 `prepare` (TensorFlow) writes the work directory: the config, and training batches of the
 corpus from our length-bucketed pipeline. Every bucket has its own batch shape and each
@@ -204,11 +205,11 @@ def worker(work_dir, precision=None, log=print):
 
 
 def format_result(result, settings):
-    """Row h as text: one line per model, then the ratio and each shape's ratio."""
+    """The keras_hub_accelerator row as text: one line per model, then the ratio and each shape's ratio."""
     shapes = [tuple(map(tuple, shape)) for shape in settings["shapes"]]
     ours, peer = result["models"]["ours"], result["models"]["keras-hub"]
     lines = [
-        f"h. {result['backend']} on {result['device']}, {result['precision']} (peak: {result['peak_dtype']} "
+        f"keras_hub_accelerator: {result['backend']} on {result['device']}, {result['precision']} (peak: {result['peak_dtype']} "
         f"{result['peak_flops_per_second'] / 1e12:,.1f} TFLOP/s), {len(shapes)} batches of "
         f"{settings['batch_tokens']} tokens, {sum(settings['target_tokens'])} real target tokens, XLA: "
         + ", ".join(f"{name} {flag}" for name, flag in result["jit_compile"].items()),

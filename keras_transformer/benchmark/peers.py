@@ -122,7 +122,7 @@ def keras_hub_transformer(config, dtype=None):
 class PeerTargetRows:
     """The keras-hub peer with our training output (`Transformer.real_target_logits`): its
     decoder's output gathered at the target's real positions before its output projection,
-    so that its logits and loss skip the target's padding as ours do (row b1'').
+    so that its logits and loss skip the target's padding as ours do (the keras_hub_target_rows row).
 
     Same weights as `peer`; `real_target_logits` and `trainable_variables` are all that
     `training.loss.labels_and_logits` and `benchmark.timing.make_train_step` use.

@@ -2,34 +2,33 @@
 
 import numpy as np
 
+# Characters of the name column: every row's name fits (`benchmark.rows`).
+NAME_WIDTH = 70
+
 
 def format_row(row):
     """One row as a fixed-width line, with "ok"/"MISSED" against its target (`format_table`'s columns)."""
     name, ours_value, peer_value, ratio, target = row
     if target is None:
-        return f"{name:60s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {'-':>8s}"
+        return f"{name:{NAME_WIDTH}s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {'-':>8s}"
     mark = "ok" if ratio >= target else "MISSED"
-    return f"{name:60s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}"
+    return f"{name:{NAME_WIDTH}s} {ours_value:12.2f} {peer_value:12.2f} {ratio:8.2f} {target:8.2f} {mark}"
 
 
 def format_table(rows):
     """The rows as a fixed-width table under a header, one line each."""
-    header = f"{'measurement':60s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}"
+    header = f"{'measurement':{NAME_WIDTH}s} {'ours':>12s} {'peer/base':>12s} {'ratio':>8s} {'target':>8s}"
     return "\n".join([header] + [format_row(row) for row in rows])
 
 
 def plot_ratios(rows, path):
-    """Bar chart of each row's ratio beside its target."""
+    """Bar chart of each row's ratio beside its target, labelled by the rows' keys."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [name.split(",")[0] for name, *_ in rows]
-    names = [  # rows that share a first part keep their last one too ("..., graph", "..., XLA")
-        f"{short}, {name.split(',')[-1].strip()}" if names.count(short) > 1 else short
-        for short, (name, *_) in zip(names, rows)
-    ]
+    names = [name.partition(":")[0] for name, *_ in rows]
     ratios = [ratio for _, _, _, ratio, _ in rows]
     targets = [target for *_, target in rows]
     figure, axis = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.5))

@@ -2,7 +2,8 @@
 
 A `Row` is `(name, ours, base, ratio, target)`: `ratio` is ours over the peer or base
 (>= `target` is the goal; `None`: no target). Printed by `format_table`, plotted by
-`plot_ratios` (`benchmark.report`).
+`plot_ratios` (`benchmark.report`). Every name starts with the row's key, e.g.
+`keras_hub_per_batch: ...`, the name docs/results.md and the plot use.
 """
 
 import collections
@@ -30,7 +31,7 @@ from keras_transformer.runs import load_run
 
 Row = collections.namedtuple("Row", ["name", "ours", "base", "ratio", "target"])
 
-# Row e's engines over a vocabulary shortlist (`ctranslate2_rows(..., vocabulary_map=...)`).
+# The ctranslate2 rows' engines over a vocabulary shortlist (`ctranslate2_rows(..., vocabulary_map=...)`).
 SHORTLIST_ENGINE = "SavedModel + shortlist"
 VMAP_SUFFIX = " + vmap"
 
@@ -50,7 +51,7 @@ def training_rows(
     fma_units=2,
     log=print,
 ):
-    """Rows a-c: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).
+    """The training rows: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).
 
     Args:
         config: the `TransformerConfig` of both models.
@@ -60,11 +61,11 @@ def training_rows(
         steps: timed training steps per measurement.
         rounds: alternating timing rounds; each side keeps its fastest.
         batch_tokens: token budget per bucketed batch.
-        padded_length, padded_batch: row a's fixed batches (sentences cut/padded to
+        padded_length, padded_batch: the keras_hub_padded row's fixed batches (sentences cut/padded to
             `padded_length`, `padded_batch` per batch).
         jit_compile: compile both training steps with XLA.
         seed: of the bucketed pipeline.
-        fma_units: FMA units per CPU core for the peak of row c1.
+        fma_units: FMA units per CPU core for the peak of the mfu row.
         log: prints the parameter counts, the peak's inputs and each row as it is measured
             (the whole table takes minutes on a CPU).
 
@@ -83,14 +84,14 @@ def training_rows(
         rows.append(row)
         log(format_row(row))
 
-    # a. identical padded batches
+    # identical padded batches
     padded = padded_batches(pairs, tokenizer, padded_length, padded_batch, steps)
     ours_step = make_train_step(ours, config, jit_compile)
     peer_step = make_train_step(peer, config, jit_compile)
     ours_seconds, peer_seconds = compare_steps((ours_step, padded), (peer_step, padded), rounds)
     measured(
         Row(
-            "a. train steps/s, identical padded batches",
+            "keras_hub_padded: train steps/s, identical padded batches",
             len(padded) / ours_seconds,
             len(padded) / peer_seconds,
             peer_seconds / ours_seconds,
@@ -98,7 +99,7 @@ def training_rows(
         )
     )
 
-    # b1. real target tokens/s, ours vs the peer, both on our bucketed batches
+    # real target tokens/s, ours vs the peer, both on our bucketed batches, each over a whole pass
     bucketed = list(
         make_dataset(
             pairs, tokenizer, batch_tokens=batch_tokens, max_length=config.max_length, seed=seed
@@ -108,7 +109,7 @@ def training_rows(
     ours_seconds, peer_seconds = compare_steps((ours_step, bucketed), (peer_step, bucketed), rounds)
     measured(
         Row(
-            "b1. real target tokens/s, same bucketed batches",
+            "keras_hub_whole_pass: real target tokens/s, same bucketed batches",
             bucketed_tokens / ours_seconds,
             bucketed_tokens / peer_seconds,
             peer_seconds / ours_seconds,
@@ -116,13 +117,13 @@ def training_rows(
         )
     )
 
-    # b1'. the same, the two models taking turns on every batch (see compare_steps_per_batch)
+    # the same, the two models taking turns on every batch (see compare_steps_per_batch)
     ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(
         ours_step, peer_step, bucketed, rounds
     )
     measured(
         Row(
-            "b1'. the same, alternating per batch",
+            "keras_hub_per_batch: the same, alternating per batch",
             bucketed_tokens / sum(ours_batch_seconds),
             bucketed_tokens / sum(peer_batch_seconds),
             sum(peer_batch_seconds) / sum(ours_batch_seconds),
@@ -131,7 +132,7 @@ def training_rows(
     )
     log(format_batch_ratios(bucketed, ours_batch_seconds, peer_batch_seconds))
 
-    # b1''. b1' with the peer's loss on the real target positions too (`PeerTargetRows`): the same
+    # per batch, with the peer's loss on the real target positions too (`PeerTargetRows`): the same
     # training output on both sides, not keras-hub's own
     peer_rows_step = make_train_step(PeerTargetRows(peer, config), config, jit_compile)
     ours_batch_seconds, peer_batch_seconds = compare_steps_per_batch(
@@ -139,7 +140,7 @@ def training_rows(
     )
     measured(
         Row(
-            "b1''. b1', the peer's loss on real target rows too",
+            "keras_hub_target_rows: per batch, the peer's loss on real rows too",
             bucketed_tokens / sum(ours_batch_seconds),
             bucketed_tokens / sum(peer_batch_seconds),
             sum(peer_batch_seconds) / sum(ours_batch_seconds),
@@ -147,7 +148,7 @@ def training_rows(
         )
     )
 
-    # b2. the bucketing gain: our model, bucketed batches vs fixed padding to max_length
+    # the bucketing gain: our model, bucketed batches vs fixed padding to max_length
     fixed = padded_batches(
         pairs, tokenizer, config.max_length, batch_tokens // config.max_length, steps
     )
@@ -158,7 +159,7 @@ def training_rows(
     bucketed_rate, fixed_rate = bucketed_tokens / bucketed_seconds, fixed_tokens / fixed_seconds
     measured(
         Row(
-            "b2. real target tokens/s, bucketed vs fixed padding, ours",
+            "bucketing: real target tokens/s, bucketed vs fixed padding, ours",
             bucketed_rate,
             fixed_rate,
             bucketed_rate / fixed_rate,
@@ -166,7 +167,7 @@ def training_rows(
         )
     )
 
-    # b3. what skipping the padding gives (`config.skip_padding`): ours against the same weights
+    # what skipping the padding gives (`config.skip_padding`): ours against the same weights
     # computing at the padding too, taking turns on every batch
     if config.skip_padding:
         padded_ours = Transformer(config.replace(skip_padding=False), dtype=policy)
@@ -176,7 +177,7 @@ def training_rows(
         )
         measured(
             Row(
-                "b3. the same, ours vs ours computing at the padding",
+                "skip_padding: the same batches, ours vs ours computing at the padding",
                 bucketed_tokens / sum(skipping_seconds),
                 bucketed_tokens / sum(padding_seconds),
                 sum(padding_seconds) / sum(skipping_seconds),
@@ -192,7 +193,7 @@ def training_rows(
     log(f"peak: {peak.describe()}")
     measured(
         Row(
-            f"c1. MFU: training FLOP/s / {peak.dtype} peak",
+            f"mfu: training FLOP/s / {peak.dtype} peak",
             achieved / 1e9,
             peak.flops_per_second / 1e9,
             achieved / peak.flops_per_second,
@@ -202,7 +203,7 @@ def training_rows(
     matmul = matmul_flops_per_second(dtype=peak.dtype if peak.dtype != "tf32" else "float32")
     measured(
         Row(
-            f"c2. training FLOP/s / measured {peak.dtype} matmul FLOP/s",
+            f"matmul_fraction: training FLOP/s / measured {peak.dtype} matmul FLOP/s",
             achieved / 1e9,
             matmul / 1e9,
             achieved / matmul,
@@ -213,12 +214,12 @@ def training_rows(
 
 
 def format_batch_ratios(batches, ours_seconds, peer_seconds):
-    """Row b1''s batches grouped by shape, one line each: the peer's time over ours.
+    """The keras_hub_per_batch row's batches grouped by shape, one line each: the peer's time over ours.
 
     >>> import numpy as np
     >>> batch = ({"source_ids": np.zeros((2, 5)), "target_ids": np.zeros((2, 4))}, None)
     >>> print(format_batch_ratios([batch, batch], [1.0, 1.0], [1.5, 2.5]))
-    b1' by batch shape (sentences x target length: batches, peer/ours)
+    keras_hub_per_batch by batch shape (sentences x target length: batches, peer/ours)
       2x4: 2, 2.00
     """
     groups = collections.defaultdict(lambda: [0, 0.0, 0.0])
@@ -227,7 +228,7 @@ def format_batch_ratios(batches, ours_seconds, peer_seconds):
         group[0] += 1
         group[1] += ours
         group[2] += peer
-    lines = ["b1' by batch shape (sentences x target length: batches, peer/ours)"]
+    lines = ["keras_hub_per_batch by batch shape (sentences x target length: batches, peer/ours)"]
     for (sentences, length), (count, ours, peer) in sorted(
         groups.items(), key=lambda item: item[0][1]
     ):
@@ -235,7 +236,7 @@ def format_batch_ratios(batches, ours_seconds, peer_seconds):
     return "\n".join(lines)
 
 
-# Row d's time budget for the 1,000 Multi30k test sentences through the SavedModel.
+# The saved_model row's time budget for the 1,000 Multi30k test sentences through the SavedModel.
 SAVED_MODEL_SECONDS = 8.0
 
 
@@ -247,7 +248,7 @@ def decoding_rows(
     baseline_saved_model=None,
     rounds=3,
 ):
-    """Rows d: cached vs recompute beam 4, and the SavedModel translating `sources` (seconds).
+    """The decoding rows: cached vs recompute beam 4, and the SavedModel translating `sources` (seconds).
 
     Args:
         model_dir: a trained run directory.
@@ -281,7 +282,7 @@ def decoding_rows(
         )
         rows.append(
             Row(
-                f"d. beam {beam.beam_size} sentences/s, cached vs recompute, {mode}",
+                f"cached_search_{mode.lower()}: beam {beam.beam_size} sentences/s, cached vs recompute",
                 cached.sentences_per_second,
                 recompute.sentences_per_second,
                 recompute.seconds / cached.seconds,
@@ -310,7 +311,7 @@ def decoding_rows(
     # Inverted so that "ratio >= target" reads as "within the time budget".
     rows.append(
         Row(
-            f"d. SavedModel, {len(sources)} test sentences, beam {beam.beam_size} (s)",
+            f"saved_model: {len(sources)} test sentences, beam {beam.beam_size} (s)",
             seconds,
             SAVED_MODEL_SECONDS,
             SAVED_MODEL_SECONDS / seconds,
@@ -322,7 +323,7 @@ def decoding_rows(
         same = sum(ours == theirs for ours, theirs in zip(translations, baseline_translations))
         rows.append(
             Row(
-                f"d. SavedModel vs baseline export (s), same outputs {same}/{len(sources)}",
+                f"saved_model_vs_baseline: seconds, same outputs {same}/{len(sources)}",
                 seconds,
                 baseline_seconds,
                 baseline_seconds / seconds,
@@ -345,7 +346,7 @@ def ctranslate2_rows(
     vocabulary_map=None,
     log=print,
 ):
-    """Row e: the same weights and sentences decoded four ways, timed alternately in one run.
+    """The ctranslate2 rows: the same weights and sentences decoded four ways, timed alternately in one run.
 
     Every engine takes text and returns text, so every time includes tokenizing and
     detokenizing: our exported SavedModel, our in-process `decoding.Translator` (graph
@@ -476,7 +477,7 @@ def ctranslate2_rows(
             for engine, (seconds, _) in timed.items():
                 curve[engine][size] = len(sweep) / seconds
         chosen = {engine: max(rates, key=rates.get) for engine, rates in curve.items()}
-        log(f"e. batch-size sweep on {len(sweep)} sentences (sentences/s):")
+        log(f"ctranslate2: batch-size sweep on {len(sweep)} sentences (sentences/s):")
         log(f"   {'engine':26s} " + " ".join(f"{size:>8d}" for size in batch_sizes))
         for engine, rates in curve.items():
             log(f"   {engine:26s} " + " ".join(f"{rates[size]:8.1f}" for size in batch_sizes))
@@ -490,7 +491,7 @@ def ctranslate2_rows(
         )
 
     log(
-        f"e. {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
+        f"ctranslate2: {len(sources)} sentences, beam {beam_size}, alpha {length_penalty} (each engine's own length penalty), "
         f"fastest of {rounds} alternating rounds, CTranslate2 intra_threads={threads}"
     )
     log(f"   {'engine':26s} {'batch':>6s} {'sentences/s':>12s} {'tokens/s':>10s} {'BLEU':>7s}")
@@ -505,28 +506,28 @@ def ctranslate2_rows(
     base = rates["CTranslate2 float32"]
     rows = [
         Row(
-            "e. SavedModel vs CTranslate2 float32, sentences/s",
+            "ctranslate2_float32: SavedModel vs CTranslate2 float32, sentences/s",
             rates["SavedModel"],
             base,
             rates["SavedModel"] / base,
             1.0,
         ),
         Row(
-            "e. in-process vs CTranslate2 float32, sentences/s",
+            "ctranslate2_in_process: in-process search vs CTranslate2 float32",
             rates["in-process search"],
             base,
             rates["in-process search"] / base,
             None,
         ),
         Row(
-            "e. CT2 int8 vs CTranslate2 float32, sentences/s",
+            "ctranslate2_int8_gain: CTranslate2 int8 vs float32, sentences/s",
             rates["CTranslate2 int8"],
             base,
             rates["CTranslate2 int8"] / base,
             None,
         ),
         Row(
-            "e. SavedModel vs CTranslate2 int8, sentences/s",
+            "ctranslate2_int8: SavedModel vs CTranslate2 int8, sentences/s",
             rates["SavedModel"],
             rates["CTranslate2 int8"],
             rates["SavedModel"] / rates["CTranslate2 int8"],
@@ -538,7 +539,7 @@ def ctranslate2_rows(
             theirs = rates[f"CTranslate2 {quantization}{VMAP_SUFFIX}"]
             rows.append(
                 Row(
-                    f"e. shortlist: SavedModel vs CT2 {quantization} + vmap, sentences/s",
+                    f"ctranslate2_{quantization}_vmap: shortlisted SavedModel vs CT2 + vmap",
                     rates[SHORTLIST_ENGINE],
                     theirs,
                     rates[SHORTLIST_ENGINE] / theirs,

@@ -3,6 +3,7 @@
 Keep this file generic: fixtures that belong to one concept live in that concept's test file.
 """
 
+import ast
 import os
 from pathlib import Path
 
@@ -79,6 +80,37 @@ def pytest_collection_modifyitems(config, items):
             or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS
         ):
             item.add_marker(pytest.mark.slow)
+def stale_slow_entries(tests_dir=Path(__file__).parent, modules=SLOW_MODULES, tests=SLOW_TESTS):
+    """The entries of `modules` and `tests` that name nothing: one line each.
+
+    A module is a file `tests_dir/<module>.py`; a test id `file.py::name` (or
+    `file.py::Class::name`) names a function or class of that file, found by reading its source.
+    """
+    stale = [
+        f"SLOW_MODULES names {module}, but tests/{module}.py does not exist"
+        for module in modules
+        if not (tests_dir / f"{module}.py").is_file()
+    ]
+    for test in tests:
+        file, *names = test.split("::")
+        if not (tests_dir / file).is_file():
+            stale.append(f"SLOW_TESTS names {test}, but tests/{file} does not exist")
+            continue
+        body = ast.parse((tests_dir / file).read_text(encoding="utf-8")).body
+        for name in names:
+            found = [
+                node
+                for node in body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.name == name
+            ]
+            if not found:
+                stale.append(f"SLOW_TESTS names {test}, but tests/{file} defines no {name}")
+                break
+            body = found[0].body
+    return stale
+
+
 
 
 @pytest.fixture(scope="session")

@@ -72,14 +72,6 @@ SLOW_TESTS = (
 )
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module, _, name = item.nodeid.partition("::")
-        if (
-            Path(module).stem in SLOW_MODULES
-            or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS
-        ):
-            item.add_marker(pytest.mark.slow)
 def stale_slow_entries(tests_dir=Path(__file__).parent, modules=SLOW_MODULES, tests=SLOW_TESTS):
     """The entries of `modules` and `tests` that name nothing: one line each.
 
@@ -111,6 +103,14 @@ def stale_slow_entries(tests_dir=Path(__file__).parent, modules=SLOW_MODULES, te
     return stale
 
 
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module, _, name = item.nodeid.partition("::")
+        if (
+            Path(module).stem in SLOW_MODULES
+            or f"{Path(module).name}::{name.split('[')[0]}" in SLOW_TESTS
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

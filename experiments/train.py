@@ -6,7 +6,9 @@ on the CPU, in a few minutes. Real data:
     python experiments/train.py --dataset=multi30k --data_dir=../shared/data/multi30k \
         --preset=small --model_dir=runs/multi30k_en_de
 
-Running the same command again resumes from the latest checkpoint.
+Running the same command again resumes from the latest checkpoint. The run directory keeps
+the flags of its latest start in `flags.txt` (`--flagfile=RUN/flags.txt` runs it again; a
+`--model_dir` given after it trains elsewhere).
 
 Exit status: 0 trained to the end; 75 (`cli.TRY_AGAIN`) stopped by SIGTERM (preempted), or the
 run directory is in use by another live process: run the same command again; 1 an error
@@ -215,6 +217,9 @@ def _train(termination):
         allow_changed_data=FLAGS.allow_changed_data,
         tokenizer_wait=FLAGS.tokenizer_wait,
         lease_timeout=FLAGS.lease_timeout,
+        flag_file=cli.flag_file(  # the config pinned: a preset changed later runs the same model
+            "experiments/train.py", model_dir=model_dir, **config.to_dict()
+        ),
     )
     if results.get("preempted") and results["step"] is None:
         print(

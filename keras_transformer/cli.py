@@ -287,6 +287,48 @@ def _field_kind(field):
     return args[0] if args else kind
 
 
+def flag_file(script, flag_values=flags.FLAGS, **values):
+    """An absl flag file that runs `script` again with the flags it runs with now.
+
+    One `--name=value` line per flag that the script (the main module) and
+    `keras_transformer` define, sorted by name, given or not (so a later change of a default
+    does not change what the file runs); flags whose value is None are left out (None is
+    their default). `values` replace flags' values: the values the script resolved, e.g.
+    `model_dir=` the directory used, or a preset's config fields, pinned as if given.
+    `script --flagfile=FILE` reads it back; flags given after `--flagfile` win.
+
+    Example:
+
+    >>> from absl import flags
+    >>> flag_values = flags.FlagValues()
+    >>> _ = flags.DEFINE_integer("seed", 0, "Seed.", flag_values=flag_values, module_name=sys.argv[0])
+    >>> _ = flags.DEFINE_string("model_dir", None, "Run.", flag_values=flag_values, module_name=sys.argv[0])
+    >>> _ = flags.DEFINE_bool("progress", None, "Bar.", flag_values=flag_values, module_name=sys.argv[0])
+    >>> _ = flag_values(["train.py", "--seed=3"])
+    >>> print(flag_file("train.py", flag_values, model_dir="runs/a", progress=False), end="")
+    # train.py --flagfile=<this file> runs it again; flags given after --flagfile win.
+    --model_dir=runs/a
+    --noprogress
+    --seed=3
+    """
+    lines = {}
+    for module, module_flags in flag_values.flags_by_module_dict().items():
+        if module != sys.argv[0] and module.split(".")[0] != "keras_transformer":
+            continue
+        for flag in module_flags:
+            value = values.get(flag.name, flag.value)
+            if value is None:
+                continue
+            if flag.name in values and isinstance(value, bool):
+                lines[flag.name] = f"--{'' if value else 'no'}{flag.name}"
+            elif flag.name in values:
+                lines[flag.name] = f"--{flag.name}={value}"
+            else:
+                lines[flag.name] = flag.serialize()
+    header = f"# {script} --flagfile=<this file> runs it again; flags given after --flagfile win."
+    return "".join(f"{line}\n" for line in [header, *(lines[name] for name in sorted(lines))])
+
+
 def quiet_info_logs():
     """Log warnings and errors only, unless the user passed `--verbosity`.
 

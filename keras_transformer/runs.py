@@ -4,6 +4,7 @@ Layout (written by `training.train_translation` / `experiments/train.py`)::
 
     <run>/config.json        the model config, training options and data settings of the run's first start
     <run>/starts.jsonl       one JSON line per start (first and every resume): time, step, settings
+    <run>/flags.txt          the training command's flags, an absl flag file (`train.py --flagfile=`)
     <run>/spm.model          the joint SentencePiece model
     <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
     <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
@@ -36,6 +37,7 @@ from keras_transformer.models.transformer import Transformer
 
 CONFIG_FILE = "config.json"
 STARTS_FILE = "starts.jsonl"
+FLAGS_FILE = "flags.txt"
 TOKENIZER_FILE = "spm.model"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
@@ -151,6 +153,10 @@ def starts_path(model_dir):
     return fs.join(model_dir, STARTS_FILE)
 
 
+def flags_path(model_dir):
+    return fs.join(model_dir, FLAGS_FILE)
+
+
 def lease_path(model_dir):
     return fs.join(model_dir, LEASE_FILE)
 
@@ -187,6 +193,22 @@ def record_start(model_dir, payload):
     path = starts_path(model_dir)
     previous = fs.read_text(path) if fs.exists(path) else ""
     return fs.write_text(path, previous + json.dumps(payload, sort_keys=True) + "\n")
+
+
+def write_flag_file(model_dir, text):
+    """Write `text` (an absl flag file) as the run's `flags.txt`, atomically, unless it already
+    holds exactly that text (a resume with the same flags leaves the file alone).
+
+    Returns:
+        `(written, previous)`: whether the file was written, and the text it held before (None
+        when there was no file).
+    """
+    path = flags_path(model_dir)
+    previous = fs.read_text(path) if fs.exists(path) else None
+    if previous == text:
+        return False, previous
+    fs.write_text(path, text)
+    return True, previous
 
 
 def read_starts(model_dir):

@@ -23,12 +23,14 @@ from keras_transformer.models.config import TransformerConfig
 from keras_transformer.runs import (
     UnreadableCheckpointError,
     config_path,
+    flags_path,
     latest_checkpoint,
     log_dir,
     read_run_config,
     record_start,
     tokenizer_path,
     worker_dir,
+    write_flag_file,
 )
 from keras_transformer.runs import write_run_config as write_run_payload
 from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunLease
@@ -318,6 +320,7 @@ def train_translation(
     allow_changed_data=False,
     tokenizer_wait=DEFAULT_TOKENIZER_WAIT,
     lease_timeout=DEFAULT_LEASE_TIMEOUT,
+    flag_file=None,
 ):
     """Train (or resume) a translation run in `model_dir`.
 
@@ -354,6 +357,11 @@ def train_translation(
         tokenizer_wait: seconds a non-chief worker waits for the chief's tokenizer.
         lease_timeout: seconds without a heartbeat after which another process may take the
             run's lease over (`training.lease.RunLease`).
+        flag_file: the text of an absl flag file that runs this start again
+            (`cli.flag_file`, written by `experiments/train.py`): once the start is recorded the
+            chief writes it as the run's `flags.txt` (`runs.write_flag_file`: rewritten only
+            when it differs), so a start refused (another architecture, a busy directory)
+            leaves the run's file alone.
 
     Returns:
         `(trainer, results)`; results as `Trainer.train`, plus the run's paths. The
@@ -364,6 +372,7 @@ def train_translation(
         allow_changed_data=allow_changed_data,
         tokenizer_wait=tokenizer_wait,
         lease_timeout=lease_timeout,
+        flag_file=flag_file,
     )
     if termination is not None:
         return _train_translation(config, model_dir, options, data, strategy, termination, **start)
@@ -381,6 +390,7 @@ def _train_translation(
     allow_changed_data,
     tokenizer_wait,
     lease_timeout,
+    flag_file,
 ):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
     # tokenizer's in-graph resources if they were created before.
@@ -422,6 +432,7 @@ def _train_translation(
             None,
             allow_changed_data,
             tokenizer_wait,
+            flag_file,
         )
     with RunLease(model_dir, lease_timeout) as lease:
         lease.start_heartbeat()  # start-up logs nothing for long stretches; the loop renews at logs and saves
@@ -439,6 +450,7 @@ def _train_translation(
             lease,
             allow_changed_data,
             tokenizer_wait,
+            flag_file,
         )
 
 
@@ -453,6 +465,7 @@ def _start(
     lease,
     allow_changed_data,
     tokenizer_wait,
+    flag_file,
 ):
     chief = lease is not None
     max_length = data.max_length or config.max_length
@@ -568,6 +581,8 @@ def _start(
                 "step": trainer.step,
             },
         )
+        if flag_file is not None:
+            _write_flag_file(model_dir, flag_file)
     results = trainer.train(
         train_input,
         batches(val_pairs, shuffle=False),
@@ -582,6 +597,20 @@ def _start(
         logs=str(log_dir(model_dir)),
     )
     return trainer, results
+
+
+def _write_flag_file(model_dir, text):
+    written, previous = write_flag_file(model_dir, text)
+    if written and previous is not None:
+        before, now = set(previous.splitlines()), set(text.splitlines())
+        changes = [f"-{line}" for line in sorted(before - now)] + [
+            f"+{line}" for line in sorted(now - before)
+        ]
+        logging.warning(
+            "Flags changed since the previous start (%s); %s now holds this start's.",
+            " ".join(changes),
+            flags_path(model_dir),
+        )
 
 
 class _Interrupted:

@@ -8,8 +8,8 @@ Prints EVALB's summary with its own labels (`Bracketing FMeasure       =  91.30`
 sentences and for length <= 40 (CUTOFF_LEN); --sentences adds EVALB's per-sentence table, so the
 output is EVALB's report. EVALB's messages (`12 : Words unmatch (is|was)`) go to stderr as
 EVALB prints them, after warnings about the parameter file. --right_branching scores, instead
-of TEST, the right-branching trees over TEST's words with TEST's tags (the baseline in
-docs/results.md).
+of TEST, the right-branching trees over TEST's words with TEST's tags (the baseline of
+docs/results-log.md, "Constituency parsing on the Penn Treebank sample").
 """
 
 import os

@@ -54,6 +54,8 @@ for where, script, args in json.load(sys.stdin):
         results[where] = None
     except (flags.Error, SystemExit) as error:
         results[where] = str(error).splitlines()[0] if str(error) else repr(error)
+    except Exception as error:  # the module itself fails before parsing
+        results[where] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
     flags.FLAGS.unparse_flags()
     for name in set(flags.FLAGS) - absl_flags:
         delattr(flags.FLAGS, name)

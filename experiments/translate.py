@@ -5,10 +5,17 @@ r"""Translate text with a trained run: one input line -> one output line.
         --output=hyp.txt --method=beam --beam_size=4 --plot_attention=attention/
 
 Lines come from --input (default: stdin) and go to --output (default: stdout), in order;
-blank lines stay blank (score 0.0). Input is read as the exported SavedModel reads text:
-invalid UTF-8 becomes U+FFFD, and a line longer than the model's max_length in pieces is cut
-(both with a warning on stderr naming the line). Search settings not given come from the run's config (paper:
-beam 4, length penalty 0.6, input length + 50). --plot_attention=DIR writes, for every
+blank lines stay blank (score 0.0). A file is translated in length-sorted batches of
+--batch_size; from stdin each line is answered as it arrives, in a batch with the lines
+already there (`keras_transformer.streaming`), and stdout is flushed after each answer, so
+the command works interactively and behind a pipe that waits for answers. --nbest=K prints
+K hypotheses per input line, best first, as `index<TAB>score<TAB>hypothesis` (index: the
+0-based input line; score: as --scores; a blank line gives K empty hypotheses of score 0.0).
+
+Input is read as the exported SavedModel reads text: invalid UTF-8 becomes U+FFFD, and a line
+longer than the model's max_length in pieces is cut (both with a warning on stderr naming the
+line). Search settings not given come from the run's config (paper: beam 4, length penalty
+0.6, input length + 50). --plot_attention=DIR writes, for every
 input line i, `line<i>_{encoder,decoder_self,cross}_layer<l>.png` heatmaps (one grid of
 heads per layer and kind).
 """
@@ -17,6 +24,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
+import dataclasses
 import sys
 
 from absl import app, flags
@@ -35,10 +43,21 @@ flags.DEFINE_string(
 cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags()
 cli.define_sampling_flags()
-flags.DEFINE_string("input", None, "Source text file, one sentence per line (default: stdin).")
+flags.DEFINE_string(
+    "input",
+    None,
+    "Source text file, one sentence per line (default: stdin, each line answered as it arrives).",
+)
 flags.DEFINE_string("output", None, "Translation file, one line per input line (default: stdout).")
 flags.DEFINE_bool(
     "scores", False, "Append a tab and the hypothesis score (log-probability) to each line."
+)
+flags.DEFINE_integer(
+    "nbest",
+    None,
+    "Print this many hypotheses per input line (beam search, at most --beam_size), best first, "
+    "as `index<TAB>score<TAB>hypothesis` lines (index: the 0-based input line).",
+    lower_bound=1,
 )
 flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
 
@@ -46,9 +65,7 @@ FLAGS = flags.FLAGS
 
 
 def read_lines(path):
-    """`(lines, name)`: the input lines (see `decoding.decode_lines`) and a name for messages."""
-    if not path:
-        return decode_lines(sys.stdin.buffer.read()), "<stdin>"
+    """`(lines, name)`: the lines of --input (see `decoding.decode_lines`) and its name for messages."""
     try:
         data = fs.read_bytes(path)
     except OSError as err:
@@ -56,16 +73,58 @@ def read_lines(path):
     return decode_lines(data), path
 
 
+def search_options(config):
+    """The search settings (`cli.search_options`), with `num_return=--nbest`."""
+    options = cli.search_options(config)
+    if FLAGS.nbest is None:
+        return options
+    if options.method != "beam":
+        raise app.UsageError(
+            f"--nbest={FLAGS.nbest} needs --method=beam ({options.method} gives one hypothesis)"
+        )
+    if FLAGS.nbest > options.beam_size:
+        raise app.UsageError(
+            f"--nbest={FLAGS.nbest} must be at most the beam size ({options.beam_size}): "
+            f"give --beam_size={FLAGS.nbest} or more"
+        )
+    return dataclasses.replace(options, num_return=FLAGS.nbest)
+
+
+def translate_chunk(translator, start, lines, replaced, name):
+    """The output text of `lines` (input lines `start`, `start + 1`, ...), after printing the
+    warnings about them (invalid UTF-8 in the lines `replaced`, sources cut) on stderr."""
+    warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
+    limit = translator.max_source_length
+    for index, pieces in translator.cut_sources(lines):
+        warnings.append(
+            (
+                start + index,
+                f"{pieces} pieces, cut to the first {limit - 1} (max_source_length {limit})",
+            )
+        )
+    for index, warning in sorted(warnings):
+        print(f"Warning: {name}, line {index + 1}: {warning}", file=sys.stderr, flush=True)
+    if FLAGS.nbest is None:
+        translations, scores = translate_lines(translator, lines)
+        if FLAGS.scores:
+            translations = [f"{text}\t{score:.4f}" for text, score in zip(translations, scores)]
+        return "".join(f"{text}\n" for text in translations)
+    hypotheses, scores = translate_lines(translator.nbest, lines)
+    rows = []
+    for index, (texts, text_scores) in enumerate(zip(hypotheses, scores), start=start):
+        if isinstance(texts, str):  # a blank line: not decoded, K empty hypotheses
+            texts, text_scores = [texts] * FLAGS.nbest, [text_scores] * FLAGS.nbest
+        rows += [f"{index}\t{score:.4f}\t{text}\n" for text, score in zip(texts, text_scores)]
+    return "".join(rows)
+
+
 def main(argv):
     del argv
     if FLAGS.ensemble and FLAGS.plot_attention:
         raise app.UsageError("--plot_attention draws one model's attention: drop --ensemble")
-    (lines, replaced), name = read_lines(
-        FLAGS.input
-    )  # before the model: a bad --input fails at once
-    options = cli.search_options(
-        read_run_config(FLAGS.model_dir)[0]
-    )  # a bad setting fails before loading
+    if FLAGS.input:
+        (lines, replaced), name = read_lines(FLAGS.input)  # before the model: fails at once
+    options = search_options(read_run_config(FLAGS.model_dir)[0])  # fails before loading
     model, tokenizer, _ = load_ensemble(
         [FLAGS.model_dir, *FLAGS.ensemble],
         checkpoint=FLAGS.checkpoint,
@@ -74,23 +133,27 @@ def main(argv):
     translator = Translator(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
-    warnings = [(index, "invalid UTF-8 replaced by U+FFFD") for index in replaced]
-    limit = translator.max_source_length
-    for index, pieces in translator.cut_sources(lines):
-        warnings.append(
-            (index, f"{pieces} pieces, cut to the first {limit - 1} (max_source_length {limit})")
+    if FLAGS.input:  # the whole file, in length-sorted batches
+        chunks = [(0, lines, replaced)]
+    else:  # each line as it arrives, with the lines already there
+        from keras_transformer import streaming
+
+        name, lines = "<stdin>", []
+        chunks = streaming.decoded_batches(
+            sys.stdin.buffer, streaming.MAX_BATCHES * FLAGS.batch_size
         )
-    for index, warning in sorted(warnings):
-        print(f"Warning: {name}, line {index + 1}: {warning}", file=sys.stderr)
-    translations, scores = translate_lines(translator, lines)
-    if FLAGS.scores:
-        translations = [f"{text}\t{score:.4f}" for text, score in zip(translations, scores)]
-    output = "".join(f"{text}\n" for text in translations)
+    outputs = []
+    for start, chunk, chunk_replaced in chunks:
+        text = translate_chunk(translator, start, chunk, chunk_replaced, name)
+        if FLAGS.output:
+            outputs.append(text)
+        else:
+            sys.stdout.buffer.write(text.encode("utf-8"))
+            sys.stdout.flush()
+        if not FLAGS.input and FLAGS.plot_attention:
+            lines += chunk
     if FLAGS.output:
-        fs.write_text(FLAGS.output, output)
-    else:
-        sys.stdout.buffer.write(output.encode("utf-8"))
-        sys.stdout.flush()
+        fs.write_text(FLAGS.output, "".join(outputs))
     if FLAGS.plot_attention:
         from keras_transformer.visualization import attention_maps, plot_attention
 

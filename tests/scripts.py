@@ -1,8 +1,10 @@
 """Running the experiments/ scripts as real processes, for the script tests."""
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,3 +59,60 @@ def run_script(name, *args, stdin=None, check=True, timeout=900, env=None):
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
+
+
+class ScriptSession:
+    """`experiments/<name>` run as a process that answers its stdin line by line.
+
+    `send(line)` writes a line (stdin stays open); `answer(timeout)` returns the next stdout
+    line, without its line end (None once stdout ended), and fails the test when none comes
+    within `timeout` seconds; `close(timeout)` closes stdin and returns `(exit status, stderr)`.
+    Used as a context manager, the process is killed on the way out.
+    """
+
+    def __init__(self, name, *args, env=None):
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "experiments" / name), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            cwd=REPO,
+            env=env or script_environment(),
+        )
+        self._lines, self._stderr = queue.Queue(), []
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
+
+    def _read_stdout(self):
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _read_stderr(self):
+        self._stderr.append(self.process.stderr.read())
+
+    def send(self, line):
+        self.process.stdin.write(f"{line}\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout):
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout:.0f} s") from None
+
+    def close(self, timeout):
+        self.process.stdin.close()
+        status = self.process.wait(timeout=timeout)
+        self._stderr_reader.join(timeout=timeout)
+        return status, "".join(self._stderr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.process.kill()
+        self.process.wait()

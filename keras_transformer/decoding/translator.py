@@ -198,6 +198,36 @@ class Translator:
         token_ids, scores = self.search(texts)
         return _as_strings(decode_text(self.tokenizer, token_ids)), scores.numpy().tolist()
 
+    def nbest_batch(self, texts):
+        """Every hypothesis the search returns for one batch (beam: `num_return`, else one),
+        best first: `(translations, scores)`, a list of texts and one of floats per sentence."""
+        outputs = self.search_fn(self.source_ids(texts))
+        token_ids, scores = outputs["token_ids"], outputs["scores"]
+        if len(scores.shape) == 1:  # greedy and sampling: one hypothesis
+            token_ids, scores = token_ids[:, None], scores[:, None]
+        per_text = int(scores.shape[1])
+        flat = _as_strings(
+            decode_text(self.tokenizer, tf.reshape(token_ids, [-1, tf.shape(token_ids)[2]]))
+        )
+        translations = [flat[i : i + per_text] for i in range(0, len(flat), per_text)]
+        return translations, scores.numpy().tolist()
+
+    def nbest(self, texts):
+        """`nbest_batch` over any number of texts, in length-sorted batches, in input order."""
+        texts = list(texts)
+        if not texts:
+            return [], []
+
+        def batch(texts):  # the lists travel as the "translations" of `translate_in_batches`
+            translations, scores = self.nbest_batch(texts)
+            return list(zip(translations, scores)), [0.0] * len(texts)
+
+        lengths = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
+        pairs, _ = translate_in_batches(batch, texts, self.batch_size, lengths)
+        return [list(translations) for translations, _ in pairs], [
+            list(scores) for _, scores in pairs
+        ]
+
     def __call__(self, texts):
         texts = list(texts)
         if not texts:

@@ -102,6 +102,30 @@ flags.DEFINE_integer(
     "Updates per call into the compiled step: the host reads results once per call "
     "(calls stop at log, checkpoint and validation steps).",
 )
+flags.DEFINE_integer(
+    "score_every",
+    0,
+    "Decode the validation set every this many steps and log its BLEU and chrF (EVALB F1 and "
+    "tagging accuracy for --dataset=ptb); the best-scoring checkpoint is kept in RUN/best/ "
+    "(--checkpoint=best in translate, evaluate, parse and export). 0: never.",
+)
+flags.DEFINE_integer(
+    "score_sentences", None, "--score_every: score the first this many validation sentences."
+)
+flags.DEFINE_enum(
+    "score_method",
+    "greedy",
+    ["greedy", "beam"],
+    "--score_every: the search (beam: the run's --beam_size and --length_penalty).",
+)
+flags.DEFINE_integer(
+    "patience",
+    0,
+    "Stop (exit 0, checkpoint saved) after this many scored evaluations without an improvement "
+    "of the best score by more than --min_delta (needs --score_every; 0: never). A larger "
+    "--patience resumes the run.",
+)
+flags.DEFINE_float("min_delta", 0.0, "--patience: the improvement that counts (BLEU or F1 points).")
 flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
 flags.DEFINE_bool(
     "allow_changed_data",
@@ -191,6 +215,11 @@ def _train(termination):
         on_nonfinite=FLAGS.on_nonfinite,
         max_consecutive_skips=FLAGS.max_consecutive_skips,
         steps_per_execution=FLAGS.steps_per_execution,
+        score_every=FLAGS.score_every,
+        score_sentences=FLAGS.score_sentences,
+        score_search={"method": FLAGS.score_method},
+        patience=FLAGS.patience,
+        min_delta=FLAGS.min_delta,
     )
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}_{FLAGS.preset}"
     strategy = create_strategy(FLAGS.strategy, devices=FLAGS.devices)
@@ -237,6 +266,13 @@ def _train(termination):
         f"validation loss {results.get('val_loss', float('nan')):.4f}, "
         f"perplexity {results.get('val_perplexity', float('nan')):.2f}"
     )
+    if results.get("stopped"):
+        print(results["stopped"])
+    best = results.get("best")
+    if best:
+        print(
+            f"Best:        {best['metric']} {best['score']:.2f} at step {best['step']}, {best['path']}"
+        )
     print(f"Checkpoints: {results['checkpoint']}")
     print(f"Tokenizer:   {results['tokenizer']}")
     print(f"TensorBoard: tensorboard --logdir {results['logs']}")

@@ -97,7 +97,10 @@ def define_checkpoint_flags(ensemble=False, every_checkpoint=False):
         )
     else:
         flags.DEFINE_string(
-            "checkpoint", None, "Checkpoint prefix to load (default: the latest of the run)."
+            "checkpoint",
+            None,
+            "Checkpoint prefix to load (default: the latest of the run), or best: the "
+            "best-scoring one (trained with --score_every).",
         )
         flags.DEFINE_integer(
             "average_last", None, "Instead, average the last this many checkpoints of the run."

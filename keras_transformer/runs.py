@@ -9,6 +9,8 @@ Layout (written by `training.train_translation` / `experiments/train.py`)::
     <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
     <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
     <run>/averaged/          ckpt-<step> written by checkpoint averaging
+    <run>/best/              the best-scoring checkpoint (`--score_every`): ckpt-<step> and best.json
+    <run>/scores.jsonl       one JSON line per scored evaluation during training (`--score_every`)
     <run>/lease.json         the live trainer's lease on the run (`training.lease`), while one trains
     <run>/.worker_<i>/       a non-chief worker's share of the checkpoint being saved (removed after)
 
@@ -42,6 +44,9 @@ TOKENIZER_FILE = "spm.model"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
 AVERAGED = "averaged"
+BEST = "best"  # also the `--checkpoint` value that names the run's best checkpoint
+BEST_FILE = "best.json"  # in best/: the step, score, metric and signature of its checkpoint
+SCORES_FILE = "scores.jsonl"
 LEASE_FILE = "lease.json"
 WORKER_DIR = ".worker_{}"  # a non-chief worker's, by its task id
 CHECKPOINT_PREFIX = "ckpt"  # checkpoints are <prefix>-<step>
@@ -181,6 +186,60 @@ def log_dir(model_dir, name=None):
 
 def averaged_dir(model_dir):
     return fs.join(model_dir, AVERAGED)
+
+
+def best_dir(model_dir):
+    return fs.join(model_dir, BEST)
+
+
+def scores_path(model_dir):
+    return fs.join(model_dir, SCORES_FILE)
+
+
+def read_best(model_dir):
+    """The record of a run's best checkpoint (`best/best.json`: `step`, `score`, `metric`,
+    `signature`, `checkpoint`, the name of its prefix in `best/`), or None when it has none.
+
+    `best/` is replaced as a whole (`training.checkpoints.save_best`); its `best.json` is
+    written last, so a `best/` without it holds no checkpoint yet.
+    """
+    path = fs.join(best_dir(model_dir), BEST_FILE)
+    if not fs.exists(path):
+        return None
+    return json.loads(fs.read_text(path))
+
+
+def resolve_checkpoint(model_dir, checkpoint):
+    """The checkpoint prefix that `checkpoint` names: `BEST` ("best") is the run's best checkpoint
+    (`read_best`); anything else is returned as it is (None: the latest, for the caller).
+
+    Raises:
+        ValueError: "best" for a run that kept none (naming the directory and the flag that keeps one).
+    """
+    if checkpoint != BEST:
+        return checkpoint
+    record = read_best(model_dir)
+    if record is None:
+        raise ValueError(
+            f"No best checkpoint in {best_dir(model_dir)}: a run keeps one when trained with --score_every"
+        )
+    return str(fs.join(best_dir(model_dir), record["checkpoint"]))
+
+
+def read_scores(model_dir):
+    """The records of a run's scored evaluations (`scores.jsonl`), oldest first."""
+    path = scores_path(model_dir)
+    return [json.loads(line) for line in fs.read_text(path).splitlines()] if fs.exists(path) else []
+
+
+def record_score(model_dir, record):
+    """Append `record` (a JSON-able dict with its `step`) to `scores.jsonl`, atomically; records of
+    that step or later (written before a resume went back to an earlier checkpoint) are dropped."""
+    kept = [line for line in read_scores(model_dir) if line["step"] < record["step"]]
+    return fs.write_text(
+        scores_path(model_dir),
+        "".join(json.dumps(line, sort_keys=True) + "\n" for line in [*kept, record]),
+    )
 
 
 def write_run_config(model_dir, payload):
@@ -430,7 +489,8 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
 
     Args:
         model_dir: a directory written by `train_translation` / `experiments/train.py`.
-        checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`).
+        checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`), or
+            "best": the run's best-scoring checkpoint (`resolve_checkpoint`).
         average_last: instead, average the last this many checkpoints.
         dtype: dtype policy of the rebuilt model (default float32).
         quantization: None, or "int8": the weights, once read, quantized with
@@ -449,7 +509,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
     if average_last:
         average_checkpoints(model, checkpoint_paths(checkpoint_dir(model_dir), average_last))
     else:
-        checkpoint = checkpoint or latest_checkpoint(model_dir)
+        checkpoint = resolve_checkpoint(model_dir, checkpoint) or latest_checkpoint(model_dir)
         if not checkpoint:
             raise ValueError(f"No checkpoint in {checkpoint_dir(model_dir)}")
         read_model_weights(model, checkpoint)

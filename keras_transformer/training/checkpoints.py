@@ -15,6 +15,7 @@ lists. Averaging: the last 5 checkpoints for base, 20 for big.
 """
 
 import collections
+import json
 import time
 
 import numpy as np
@@ -361,6 +362,37 @@ def _remove_partial(prefix):
             fs.rmtree(path) if fs.isdir(path) else fs.remove(path)
         except OSError as error:
             logging.warning("Could not remove %s, left by the failed save: %s", path, error)
+
+
+def save_best(checkpoint, directory, step, record):
+    """Replace the best checkpoint `directory` (`runs.best_dir`) by `checkpoint` at `step`.
+
+    A new directory holding `ckpt-<step>` and `best.json` (`record`, with the name of the
+    checkpoint added) is written beside `directory` under a claim (`fs.staging`), then
+    published in its place (`fs.publish`): on a local disk one rename swaps the old for
+    the new, never a mix; elsewhere `best.json` moves last, so a reader that finds it finds
+    the checkpoint it names (`runs.read_best`). A failed write leaves the previous best.
+
+    Returns:
+        the checkpoint prefix in `directory`.
+
+    Raises:
+        CheckpointSaveError: naming the checkpoint when it cannot be written.
+    """
+    name = f"{runs.CHECKPOINT_PREFIX}-{step}"
+    with fs.staging(directory, exist_ok=True) as staged:
+        write_checkpoint(checkpoint, fs.join(staged, name))
+        fs.write_text(
+            fs.join(staged, runs.BEST_FILE),
+            json.dumps({**record, "checkpoint": name}, indent=2, sort_keys=True),
+        )
+        try:
+            fs.publish(staged, directory, last=(runs.BEST_FILE,), replace=True)
+        except OSError as error:
+            raise CheckpointSaveError(
+                f"Could not publish the best checkpoint {fs.join(directory, name)}: {_reason(error)}"
+            ) from None
+    return str(fs.join(directory, name))
 
 
 def write_averaged_checkpoint(model_dir, last=None, output_dir=None):

@@ -39,8 +39,20 @@ class TrainOptions:
         max_consecutive_skips: stop with `DivergenceError` (naming the step and the loss
             scale) once this many updates in a row were skipped.
         steps_per_execution: updates run by one call into the compiled step (the host
-            reads the results once per call; calls never cross a log, checkpoint or
-            validation step).
+            reads the results once per call; calls never cross a log, checkpoint,
+            validation or scoring step).
+        score_every: decode the validation sentences every this many updates and score them
+            with the task's metric (BLEU and chrF, or EVALB F1 and tagging accuracy for
+            parsing); the best-scoring weights are kept in `<run>/best/` (0: never).
+        score_sentences: score only the first this many validation sentences (None: all).
+        score_search: the search settings of the scoring decode, `SearchOptions.from_config`
+            arguments (`{"method": "greedy"}` when None; e.g. `{"method": "beam",
+            "beam_size": 4}`); unset ones come from the model config.
+        patience: stop (a normal finish, checkpoint saved) after this many scored evaluations
+            in a row without an improvement of the best score by more than `min_delta`
+            (0: never; needs `score_every`).
+        min_delta: the improvement (in the metric's points) that counts for `patience` and for
+            replacing the best checkpoint.
     """
 
     batch_tokens: int = 4096
@@ -56,6 +68,11 @@ class TrainOptions:
     on_nonfinite: str = "stop"
     max_consecutive_skips: int = 20
     steps_per_execution: int = 1
+    score_every: int = 0
+    score_sentences: int = None
+    score_search: dict = None
+    patience: int = 0
+    min_delta: float = 0.0
 
     def __post_init__(self):
         for name in (
@@ -73,8 +90,20 @@ class TrainOptions:
             raise ValueError(
                 f"on_nonfinite must be one of {ON_NONFINITE}. Received: on_nonfinite={self.on_nonfinite!r}"
             )
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0. Received: eval_every={self.eval_every!r}")
+        for name in ("eval_every", "score_every", "patience"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(
+                    f"{name} must be an integer >= 0. Received: {name}={getattr(self, name)!r}"
+                )
+        if self.score_sentences is not None:
+            check_positive_int("score_sentences", self.score_sentences)
+        if not self.min_delta >= 0:
+            raise ValueError(f"min_delta must be >= 0. Received: min_delta={self.min_delta!r}")
+        if self.patience and not self.score_every:
+            raise ValueError(
+                f"patience counts scored evaluations: it needs score_every > 0. Received: "
+                f"patience={self.patience}, score_every={self.score_every}"
+            )
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision must be one of {PRECISIONS}. Received: precision={self.precision!r}"

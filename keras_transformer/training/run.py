@@ -320,6 +320,7 @@ def train_translation(
     allow_changed_data=False,
     tokenizer_wait=DEFAULT_TOKENIZER_WAIT,
     lease_timeout=DEFAULT_LEASE_TIMEOUT,
+    callbacks=None,
     flag_file=None,
 ):
     """Train (or resume) a translation run in `model_dir`.
@@ -357,6 +358,7 @@ def train_translation(
         tokenizer_wait: seconds a non-chief worker waits for the chief's tokenizer.
         lease_timeout: seconds without a heartbeat after which another process may take the
             run's lease over (`training.lease.RunLease`).
+        callbacks: Keras callbacks for `Trainer.train`.
         flag_file: the text of an absl flag file that runs this start again
             (`cli.flag_file`, written by `experiments/train.py`): once the start is recorded the
             chief writes it as the run's `flags.txt` (`runs.write_flag_file`: rewritten only
@@ -372,6 +374,7 @@ def train_translation(
         allow_changed_data=allow_changed_data,
         tokenizer_wait=tokenizer_wait,
         lease_timeout=lease_timeout,
+        callbacks=callbacks,
         flag_file=flag_file,
     )
     if termination is not None:
@@ -390,6 +393,7 @@ def _train_translation(
     allow_changed_data,
     tokenizer_wait,
     lease_timeout,
+    callbacks,
     flag_file,
 ):
     # Seed first: it also clears TensorFlow's kernel caches, which would drop the
@@ -432,6 +436,7 @@ def _train_translation(
             None,
             allow_changed_data,
             tokenizer_wait,
+            callbacks,
             flag_file,
         )
     with RunLease(model_dir, lease_timeout) as lease:
@@ -450,6 +455,7 @@ def _train_translation(
             lease,
             allow_changed_data,
             tokenizer_wait,
+            callbacks,
             flag_file,
         )
 
@@ -465,6 +471,7 @@ def _start(
     lease,
     allow_changed_data,
     tokenizer_wait,
+    callbacks,
     flag_file,
 ):
     chief = lease is not None
@@ -588,6 +595,8 @@ def _start(
         batches(val_pairs, shuffle=False),
         padding_fraction=padding,
         termination=termination,
+        scorer=_scorer(config, options, data, tokenizer, val_pairs),
+        callbacks=callbacks,
     )
     results.update(
         padding_fraction=padding,
@@ -611,6 +620,26 @@ def _write_flag_file(model_dir, text):
             " ".join(changes),
             flags_path(model_dir),
         )
+
+
+def _scorer(config, options, data, tokenizer, val_pairs):
+    """The `evaluation.scoring.TaskScorer` of `options.score_every` (None without it): the first
+    `score_sentences` validation pairs, decoded with `score_search` (greedy by default), BLEU and
+    chrF (`default_tokenize(dataset)`) or, for `--dataset=ptb`, EVALB's figures."""
+    if not options.score_every:
+        return None
+    from keras_transformer.decoding.options import SearchOptions
+    from keras_transformer.evaluation.evaluate import default_tokenize
+    from keras_transformer.evaluation.scoring import TaskScorer
+
+    search = dict(options.score_search or {"method": "greedy"})
+    return TaskScorer(
+        tokenizer,
+        val_pairs[: options.score_sentences],
+        parsing=data.dataset == "ptb",
+        search=SearchOptions.from_config(config, search.pop("method", "greedy"), **search),
+        tokenize=default_tokenize(data.dataset),
+    )
 
 
 class _Interrupted:

@@ -32,6 +32,7 @@ from keras_transformer.training.checkpoints import (
     check_workers_restored_alike,
     checkpoint_manager,
     restore_newest_readable,
+    save_best,
     save_checkpoint,
 )
 from keras_transformer.training.loss import label_smoothed_nll, labels_and_logits
@@ -256,6 +257,8 @@ class Trainer:
         padding_fraction=None,
         until_step=None,
         termination=None,
+        scorer=None,
+        callbacks=None,
     ):
         """Train until the config's `train_steps` updates (or `until_step`).
 
@@ -281,10 +284,19 @@ class Trainer:
                 rate schedule still decays towards `config.train_steps`).
             termination: a `training.progress.TerminationSignal` already watching SIGTERM
                 (default: a new one for the loop).
+            scorer: with `options.score_every`, what scores the model every that many
+                updates: an `evaluation.scoring.TaskScorer`, or any function `model ->
+                TaskScore`. The scores go to the log, TensorBoard (`validation`) and
+                `scores.jsonl`; the best-scoring weights to `best/` (`checkpoints.save_best`),
+                and `options.patience` stops the run (see `_score`).
+            callbacks: Keras callbacks (`keras.callbacks.Callback`), or a
+                `keras.callbacks.CallbackList`; see `_callbacks` for when each is called.
 
         Returns:
             dict with the final step, the last training loss (per token), tokens/s,
-            skipped updates, and the last validation metrics.
+            skipped updates, the last validation metrics and scores, `best` (the best
+            checkpoint's record, with its `path`) when scoring, and `stopped` (the line
+            saying why) when a callback or `patience` ended the run early.
 
         Raises:
             DivergenceError: the loss or a gradient became NaN or infinite (with
@@ -297,9 +309,19 @@ class Trainer:
         if not self._restored_to_train:  # a `restore()` that only read is done again, to repair
             self.restore(repair=True)
         results = {"step": self.step, "skipped_steps": self.skipped_steps}
+        scoring = scorer is not None and options.score_every > 0
+        callbacks = _callbacks(callbacks, self.model)
+        self.model.stop_training = False
+        if scoring:
+            self._load_best()
+            if self._patience_spent():
+                results.update(best=self._best, stopped=self._early_stop_line(self.step))
+                logging.warning(results["stopped"])
+                return results
         if self.step >= last_step:
             logging.info("Already trained: step %d >= train_steps %d", self.step, last_step)
             return results
+        callbacks.on_train_begin(dict(results))
         dataset_fn = resumable(train_input).dataset_fn(int(self._batches_drawn.numpy()))
         iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
         writers = {
@@ -309,8 +331,10 @@ class Trainer:
             for name in (runs.TRAIN_LOG, runs.VALIDATION_LOG)
         }
         meter = ProgressMeter(last_step, options.progress, self.step)
+        train_logs = {}  # the latest log window's values, for the callbacks' epoch logs
+        validated_at = None
         with contextlib.nullcontext(termination) if termination else TerminationSignal() as signal:
-            while self.step < last_step:
+            while self.step < last_step and not ("stopped" in results or self.model.stop_training):
                 step = self.step
                 # One call never crosses a point where the host logs, saves or validates.
                 points = [
@@ -320,6 +344,8 @@ class Trainer:
                 ]
                 if validation_dataset is not None and options.eval_every:
                     points.append(_next_multiple(step, options.eval_every))
+                if scoring:
+                    points.append(_next_multiple(step, options.score_every))
                 call = self._update(
                     iterator, min(options.steps_per_execution, min(points) - step), signal.received
                 )
@@ -329,10 +355,18 @@ class Trainer:
                     self._report_skips(call, step)
                 if call["diverged"]:
                     self._diverged(call, step + 1)
-                if call["applied"] and (step % options.log_every == 0 or step == last_step):
-                    results.update(
-                        self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction)
+                if call["skipped"] and call["last_bad_loss"]:
+                    # The loop drops such updates; callbacks that watch the loss (TerminateOnNaN) see it.
+                    callbacks.on_train_batch_end(
+                        step,
+                        {"loss": float(call["last_loss"]), "skipped_steps": self.skipped_steps},
                     )
+                if call["applied"] and (step % options.log_every == 0 or step == last_step):
+                    train_logs = self._log(meter, writers[runs.TRAIN_LOG], step, padding_fraction)
+                    results.update(
+                        loss=train_logs["loss"], tokens_per_second=train_logs["tokens_per_second"]
+                    )
+                    callbacks.on_train_batch_end(step, dict(train_logs))
                 if call["stop"]:
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
@@ -345,27 +379,140 @@ class Trainer:
                     continue
                 if step % options.checkpoint_every == 0:
                     self.save()
-                if (
+                scored = scoring and step % options.score_every == 0
+                validated = (
                     validation_dataset is not None
                     and options.eval_every
                     and step % options.eval_every == 0
-                ):
+                )
+                if validated or (scored and validation_dataset is not None):
                     results.update(
                         self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step)
                     )
+                    validated_at = step
+                if scored:
+                    results.update(self._score(scorer, writers[runs.VALIDATION_LOG], step, meter))
+                if scored or (validated and not scoring):
+                    epoch_logs = {**train_logs, **_evaluation_logs(results)}
+                    callbacks.on_epoch_end(step, epoch_logs)
+        if self.model.stop_training and "stopped" not in results:
+            results["stopped"] = f"Stopped at step {self.step}: a callback set model.stop_training."
+            logging.warning(results["stopped"])
         if self.manager.latest_checkpoint is None or not self.manager.latest_checkpoint.endswith(
             f"-{self.step}"
         ):
             self.save()
-        if validation_dataset is not None and (
-            not options.eval_every or self.step % options.eval_every
-        ):
+        if validation_dataset is not None and validated_at != self.step:
             results.update(
                 self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step)
             )
         for writer in writers.values():
             writer.flush()
         results.update(step=self.step, skipped_steps=self.skipped_steps)
+        if scoring:
+            results["best"] = self._best
+        callbacks.on_train_end(dict(results))
+        return results
+
+    # --- the task's score, the best checkpoint and patience ---
+
+    def _load_best(self):
+        """The best checkpoint's record (`runs.read_best`) and the scored evaluations since it
+        (`scores.jsonl`, up to the restored step, with the same signature): what patience counts."""
+        self._best = runs.read_best(self.model_dir)
+        self._since_best = 0
+        if self._best is not None:
+            self._best["path"] = runs.resolve_checkpoint(self.model_dir, runs.BEST)
+            self._since_best = sum(
+                1
+                for record in runs.read_scores(self.model_dir)
+                if self._best["step"] < record["step"] <= self.step
+                and record["signature"] == self._best["signature"]
+            )
+
+    def _patience_spent(self):
+        return bool(self.options.patience) and self._since_best >= self.options.patience
+
+    def _early_stop_line(self, step):
+        best = self._best
+        return (
+            f"Stopped early at step {step}: {best['metric']} did not improve by more than "
+            f"{self.options.min_delta:g} in {self._since_best} scored evaluations (patience "
+            f"{self.options.patience}); the best, {best['metric']} {best['score']:.2f} at step "
+            f"{best['step']}, is {best['path']}. Run again with a larger --patience to continue."
+        )
+
+    def _score(self, scorer, writer, step, meter):
+        """Score the model (`scorer`), record it, keep the weights if they are the best, count patience.
+
+        Every worker decodes the same sentences with the same weights; under
+        `MultiWorkerMirroredStrategy` they then take the chief's figures (one collective,
+        `_chief_values`), so every worker makes the same decisions (best, patience).
+        """
+        score = scorer(self.model)
+        values = _chief_values(self.strategy, score.values)
+        value = values[score.metric]
+        best = self._best
+        if best is not None and best["signature"] != score.signature:
+            logging.warning(
+                "%s holds a score measured otherwise (%s); this start's scores (%s) replace it",
+                best["path"],
+                best["signature"],
+                score.signature,
+            )
+            best, self._since_best = None, 0
+        improved = best is None or value > best["score"] + self.options.min_delta
+        if improved:
+            record = {
+                "step": step,
+                "score": value,
+                "metric": score.metric,
+                "values": values,
+                "signature": score.signature,
+            }
+            if self.lease is not None:
+                self.lease.renew()
+            directory = runs.best_dir(self.model_dir if self.chief else self.write_dir)
+            path = save_best(self.checkpoint, directory, step, record)
+            if not self.chief:
+                tf.io.gfile.rmtree(str(self.write_dir))
+            self._best, self._since_best = {**record, "path": path}, 0
+        else:
+            self._since_best += 1
+        if self.chief:
+            with writer.as_default(step=step):
+                for name, figure in values.items():
+                    tf.summary.scalar(name, figure)
+            runs.record_score(
+                self.model_dir,
+                {
+                    "step": step,
+                    "metric": score.metric,
+                    "score": value,
+                    "values": values,
+                    "signature": score.signature,
+                    "seconds": score.seconds,
+                    "best_step": self._best["step"],
+                    "since_best": self._since_best,
+                },
+            )
+        figures = " ".join(f"{name} {figure:.2f}" for name, figure in values.items())
+        logging.info(
+            "step %d %s (best %.2f at step %d; %d scored evaluations since) in %.1f s",
+            step,
+            figures,
+            self._best["score"],
+            self._best["step"],
+            self._since_best,
+            score.seconds,
+        )
+        if self.options.progress:
+            meter.progress.stateful_metrics.update(values)
+            meter.progress.update(step, list(values.items()))
+        results = {f"val_{name}": figure for name, figure in values.items()}
+        if self._patience_spent():
+            results["stopped"] = self._early_stop_line(step)
+            logging.warning(results["stopped"])
         return results
 
     def _report_skips(self, call, step):
@@ -429,7 +576,13 @@ class Trainer:
                 self.skipped_steps,
                 format_seconds(eta),
             )
-        return {"loss": loss, "tokens_per_second": rate}
+        logs = {
+            "loss": loss,
+            "learning_rate": lr,
+            "tokens_per_second": rate,
+            "skipped_steps": self.skipped_steps,
+        }
+        return logs
 
     def _validate(self, dataset, writer, step):
         metrics = self.evaluate(dataset)
@@ -497,6 +650,49 @@ def _restore(checkpoint, path):
         "%s holds no input position (an older checkpoint): its input starts from the first batch",
         path,
     )
+
+
+def _callbacks(callbacks, model):
+    """The Keras callbacks of a `train` call, as a `CallbackList` over the model.
+
+    How the loop maps onto Keras' hooks (it has no epochs, and its updates run in compiled
+    calls the host does not see one by one):
+
+    - `on_train_begin(logs)` / `on_train_end(logs)`: the call's start (after the restore) and
+      end (after the final checkpoint and validation); logs: `train`'s results so far.
+    - `on_train_batch_end(step, logs)`: every logging interval (`log_every`), with the logged
+      values `loss`, `learning_rate`, `tokens_per_second`, `skipped_steps`; also when updates
+      were skipped for a non-finite loss (`on_nonfinite="skip"`), with that `loss`, so
+      `TerminateOnNaN` sees it. No batch hook runs at other updates.
+    - `on_epoch_end(step, logs)`: an "epoch" ends at each scored evaluation (`score_every`),
+      or, without scoring, at each validation (`eval_every`); the index is the update step.
+      Logs: the latest log window's values and `val_loss`, `val_perplexity` (measured at
+      every scored evaluation too) and the scores (`val_bleu`, `val_chrf`, or `val_f1`,
+      `val_tagging_accuracy`), so every epoch has the same keys (what `CSVLogger` needs).
+    - `model.stop_training = True`, set by any callback, ends the run after the current
+      point as a normal finish: the checkpoint of that step is saved and `train` returns
+      with `stopped` saying so.
+    """
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        callbacks.set_model(model)
+        return callbacks
+    return keras.callbacks.CallbackList(list(callbacks or []), model=model)
+
+
+def _evaluation_logs(results):
+    """The `val_*` figures of `train`'s results (validation loss, perplexity and scores)."""
+    return {name: value for name, value in results.items() if name.startswith("val_")}
+
+
+def _chief_values(strategy, values):
+    """Under `MultiWorkerMirroredStrategy`, the chief's `values` (`{name: float}`) on every
+    worker, by one all-gather; else `values`."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return values
+    names = sorted(values)
+    local = tf.constant([[float(values[name]) for name in names]], tf.float64)
+    gathered = strategy.gather(strategy.run(lambda: tf.identity(local)), axis=0).numpy()
+    return {name: float(value) for name, value in zip(names, gathered[0])}
 
 
 def _next_multiple(step, every):

@@ -7,12 +7,17 @@ Input: Penn Treebank tokens, space-separated, one sentence a line, from --input 
 stdin). Output: one tree a line, `(TOP (S (NP (NNP Ms.) (NNP Haag)) ...))`, to --output
 (default: stdout), in input order; every tree has exactly the line's words, in order, with one
 POS tag each (`data.trees.sentence_words`: split at whitespace, `(`/`)` written -LRB-/-RRB-).
-Sentences are parsed in length-sorted batches (--batch_size), with progress on stderr when
-reading a file. Input is read as the exported SavedModel reads it: invalid UTF-8 becomes
-U+FFFD, with a warning on stderr naming the line. A blank line, one with a word the
+A file is parsed in length-sorted batches (--batch_size), with progress on stderr; from
+stdin each line is answered as it arrives, in a batch with the lines already there
+(`keras_transformer.streaming`), stdout flushed after each answer. --nbest=K prints K trees
+per sentence, best first, as `index<TAB>score<TAB>tree` (index: the 0-based input line; score:
+the length-normalized log-probability).
+
+Input is read as the exported SavedModel reads it: invalid UTF-8 becomes U+FFFD, with a warning on stderr naming the line. A blank line, one with a word the
 tokenizer does not keep as one word (e.g. a lone U+FFFD or zero-width space, which its
 normalisation deletes), or one longer than the model takes stops the run with one line naming
-it, before anything is parsed; --output is written only when every sentence is parsed. Search settings not given come from the run's config (ptb presets: beam
+it, before anything is parsed (from stdin: before that line and the ones read with it; the
+lines before are answered); --output is written only when every sentence is parsed. Search settings not given come from the run's config (ptb presets: beam
 21, length penalty 0.3, input length + 300).
 """
 
@@ -20,6 +25,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
 
+import dataclasses
 import sys
 
 from absl import app, flags
@@ -36,10 +42,57 @@ from keras_transformer.runs import load_ensemble, read_run_config  # noqa: E402
 flags.DEFINE_string("model_dir", None, "Run directory trained with --dataset=ptb.", required=True)
 cli.define_checkpoint_flags(ensemble=True)
 cli.define_search_flags(batch_size=32)
-flags.DEFINE_string("input", None, "Tokenized sentences, one a line (default: stdin).")
+flags.DEFINE_string(
+    "input",
+    None,
+    "Tokenized sentences, one a line (default: stdin, each line answered as it arrives).",
+)
 flags.DEFINE_string("output", None, "Trees, one a line (default: stdout).")
+flags.DEFINE_integer(
+    "nbest",
+    None,
+    "Print this many trees per sentence (beam search, at most --beam_size), best first, as "
+    "`index<TAB>score<TAB>tree` lines (index: the 0-based input line).",
+    lower_bound=1,
+)
 
 FLAGS = flags.FLAGS
+
+
+def warn_replaced(replaced, name):
+    for index in replaced:
+        print(
+            f"Warning: {name}, line {index + 1}: invalid UTF-8 replaced by U+FFFD",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def search_options(config):
+    """The search settings (`cli.search_options`), with `num_return=--nbest`."""
+    options = cli.search_options(config)
+    if FLAGS.nbest is None:
+        return options
+    if options.method != "beam":
+        raise app.UsageError(f"--nbest={FLAGS.nbest} needs --method=beam (greedy gives one tree)")
+    if FLAGS.nbest > options.beam_size:
+        raise app.UsageError(
+            f"--nbest={FLAGS.nbest} must be at most the beam size ({options.beam_size}): "
+            f"give --beam_size={FLAGS.nbest} or more"
+        )
+    return dataclasses.replace(options, num_return=FLAGS.nbest)
+
+
+def parse_text(parser, start, lines, progress=None):
+    """The output text of `lines` (input lines `start`, `start + 1`, ...)."""
+    if FLAGS.nbest is None:
+        return "".join(f"{tree}\n" for tree in parser(lines, progress=progress))
+    trees, scores = parser.nbest(lines)
+    return "".join(
+        f"{index}\t{score:.4f}\t{tree}\n"
+        for index, (line_trees, line_scores) in enumerate(zip(trees, scores), start=start)
+        for tree, score in zip(line_trees, line_scores)
+    )
 
 
 def main(argv):
@@ -50,19 +103,12 @@ def main(argv):
         except OSError as err:
             raise app.UsageError(f"Cannot read --input={FLAGS.input}: {err.strerror}") from err
         name = FLAGS.input
-    else:
-        data, name = sys.stdin.buffer.read(), "stdin"
-    lines, replaced = decode_lines(data)
-    for index in replaced:
-        print(
-            f"Warning: {name}, line {index + 1}: invalid UTF-8 replaced by U+FFFD", file=sys.stderr
-        )
-    check_not_blank(lines, name)  # before the model loads
+        lines, replaced = decode_lines(data)
+        warn_replaced(replaced, name)
+        check_not_blank(lines, name)  # before the model loads
     if FLAGS.method == "sample":
         raise app.UsageError("--method must be greedy or beam for parsing")
-    options = cli.search_options(
-        read_run_config(FLAGS.model_dir)[0]
-    )  # a bad setting fails before loading
+    options = search_options(read_run_config(FLAGS.model_dir)[0])  # fails before loading
     model, tokenizer, _ = load_ensemble(
         [FLAGS.model_dir, *FLAGS.ensemble],
         checkpoint=FLAGS.checkpoint,
@@ -71,23 +117,36 @@ def main(argv):
     parser = Parser(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
-    parser.check(lines, name=name)
+    if FLAGS.input:  # the whole file, checked first, in length-sorted batches
 
-    def progress(done, total):
-        print(
-            f"\rparsed {done}/{total} sentences",
-            end="\n" if done == total else "",
-            file=sys.stderr,
-            flush=True,
+        def progress(done, total):
+            print(
+                f"\rparsed {done}/{total} sentences",
+                end="\n" if done == total else "",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        chunks = [(0, lines, [])]
+    else:  # each line as it arrives, with the lines already there
+        from keras_transformer import streaming
+
+        name, progress = "stdin", None
+        chunks = streaming.decoded_batches(
+            sys.stdin.buffer, streaming.MAX_BATCHES * FLAGS.batch_size
         )
-
-    trees = parser(lines, progress=progress if FLAGS.input else None)
-    text = "".join(f"{tree}\n" for tree in trees)
+    outputs = []
+    for start, chunk, replaced in chunks:
+        warn_replaced(replaced, name)
+        parser.check(chunk, name=name, first_line=start + 1)  # stops at a line it cannot parse
+        text = parse_text(parser, start, chunk, progress)
+        if FLAGS.output:
+            outputs.append(text)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
     if FLAGS.output:
-        fs.write_text(FLAGS.output, text)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        fs.write_text(FLAGS.output, "".join(outputs))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 from keras_transformer.data.treebank import load_ptb_pairs
 from keras_transformer.data.trees import parse_tree, sentence_words
 from tests import runtimes
-from tests.scripts import run_script
+from tests.scripts import ScriptSession, run_script
 
 TINY = dict(
     num_encoder_layers=1,
@@ -309,3 +309,44 @@ def test_exported_word_position_parser_parses_in_the_serving_runtime(
         python, result.path, "serving_default", runtime=runtime, text=sentences
     )
     assert outputs["translation"] == expected
+
+
+def test_parse_script_answers_each_stdin_line_before_the_next(ptb_run, sections):
+    """Each sentence is written only after the previous one's tree was read (stdin stays open);
+    a blank line then stops the run with one line naming it (line 3 of stdin)."""
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:2]
+    args = (f"--model_dir={ptb_run}", "--beam_size=2", "--max_output_offset=10")
+    with ScriptSession("parse.py", *args) as session:
+        timeout = 600  # the first tree waits for the model to load
+        for sentence in sentences:
+            session.send(sentence)
+            assert parse_tree(session.answer(timeout)).words() == sentence_words(sentence)
+            timeout = 120  # the model is loaded: a tree in seconds
+        session.send("")
+        status, stderr = session.close(120)
+    assert status == 1
+    assert stderr.strip().splitlines()[-1] == (
+        "error: stdin, line 3: a blank line (one tokenized sentence per line)"
+    )
+
+
+def test_parse_script_nbest(ptb_run, sections, tmp_path):
+    """`--nbest=2`: two trees per sentence, best first, each over the sentence's words."""
+    sentences = sorted((words for words, _ in load_ptb_pairs(sections, "val")), key=len)[:2]
+    (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
+    stdout = run_script(
+        "parse.py",
+        f"--model_dir={ptb_run}",
+        f"--input={tmp_path / 'in.txt'}",
+        "--beam_size=2",
+        "--max_output_offset=10",
+        "--nbest=2",
+    ).stdout
+    rows = [line.split("\t") for line in stdout.splitlines()]
+    assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1]
+    for index, sentence in enumerate(sentences):
+        scores = [float(score) for i, score, _ in rows if int(i) == index]
+        assert scores == sorted(scores, reverse=True)
+        for i, _, tree in rows:
+            if int(i) == index:
+                assert parse_tree(tree).words() == sentence_words(sentence)

@@ -18,9 +18,10 @@ LENGTH_FACTOR = 4
 """A sinusoidal model's longest source, in multiples of its `max_length` (see `Parser`)."""
 
 
-def check_not_blank(sentences, name="input"):
-    """Raise `ValueError` naming the first blank sentence (`"<name>, line 3: a blank line ..."`)."""
-    for index, sentence in enumerate(sentences):
+def check_not_blank(sentences, name="input", first_line=1):
+    """Raise `ValueError` naming the first blank sentence (`"<name>, line 3: a blank line ..."`;
+    the sentences are lines `first_line`, `first_line + 1`, ... of `name`)."""
+    for index, sentence in enumerate(sentences, start=first_line - 1):
         if not sentence.strip():
             raise ValueError(
                 f"{name}, line {index + 1}: a blank line (one tokenized sentence per line)"
@@ -69,14 +70,14 @@ class Parser:
             **options,
         )
 
-    def check(self, sentences, name="input"):
+    def check(self, sentences, name="input", first_line=1):
         """Raise `ValueError` naming the first line that cannot be parsed (`"<name>, line 3: ..."`):
         a blank line, a word that the tokenizer does not keep as one word (so the model would not
         see the line's words; `TreeConstraint.kept_words`), a line longer than the model takes,
         or one with more words than a `max_length` output can hold (its tree needs one tag per
-        word and EOS)."""
+        word and EOS). The sentences are lines `first_line`, `first_line + 1`, ... of `name`."""
         sentences = list(sentences)
-        check_not_blank(sentences, name)
+        check_not_blank(sentences, name, first_line)
         words = [sentence_words(sentence) for sentence in sentences]
         distinct = sorted({word for line in words for word in line})
         kept, starts = self.constraint.kept_words(self.translator.tokenizer, distinct)
@@ -93,7 +94,7 @@ class Parser:
         )
         max_length = self.translator.options.get("max_length")
         for index, line in enumerate(words):
-            where = f"{name}, line {index + 1}"
+            where = f"{name}, line {index + first_line}"
             for number, word in enumerate(line, start=1):
                 if word in unkept:
                     count = unkept[word]
@@ -140,6 +141,19 @@ class Parser:
         return translate_in_batches(
             batch, texts, self.translator.batch_size, [len(text.split(" ")) for text in texts]
         )
+
+    def nbest(self, sentences):
+        """The trees of every hypothesis the search returns (`num_return` with beam search),
+        best first, and their scores: `(trees, scores)`, a list of each per sentence."""
+        sentences = list(sentences)
+        self.check(sentences)
+        texts = self.sources(sentences)
+        targets, scores = self.translator.nbest(texts)
+        trees = [
+            [str(delinearize(target, sentence)) for target in hypotheses]
+            for hypotheses, sentence in zip(targets, sentences)
+        ]
+        return trees, scores
 
     def __call__(self, sentences, progress=None):
         sentences = list(sentences)

@@ -145,6 +145,7 @@ flags.DEFINE_float(
     "Seconds without a heartbeat (renewed at each log line and save) after "
     "which another process may take the run directory over from its owner, e.g. a killed one's restart.",
 )
+flags.declare_key_flag("flagfile")  # in --help: RUN/flags.txt trains a run again
 
 FLAGS = flags.FLAGS
 

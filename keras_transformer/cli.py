@@ -1,12 +1,11 @@
 """absl flag helpers shared by the scripts in `experiments/`.
 
-`define_config_flags()` defines `--preset` and one flag per `TransformerConfig` field
+`define_config_flags()` defines `--preset` and one flag per config field (`models.config.config_fields`)
 (`--hidden_dim`, `--num_heads`, `--dropout`, ...), each defaulting to the preset's value.
 `run(main)` runs a script's `main` the way `absl.app.run` does, with a user's mistake
 reported as one line `error: <message>` (see `USER_ERRORS`).
 """
 
-import dataclasses
 import os
 import sys
 import typing
@@ -17,7 +16,7 @@ from keras_transformer.backends import require_tensorflow
 from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions
-from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
+from keras_transformer.models.config import PRESETS, config_fields, get_preset
 
 # What a user's mistake or the user's storage raises (a missing run directory or file, a
 # bad value, an export version that exists, a diverged run, an unreadable checkpoint, a full
@@ -42,7 +41,7 @@ def define_config_flags(default_preset="tiny", flag_values=flags.FLAGS):
         "Model preset; other config flags override it.",
         **define,
     )
-    for field in dataclasses.fields(TransformerConfig):
+    for field in config_fields():
         kind = _field_kind(field)
         help_text = f"Override the preset's {field.name}."
         if kind is bool:
@@ -218,7 +217,7 @@ def search_options(config, flag_values=flags.FLAGS, method=None):
     settings here.
 
     Args:
-        config: the run's `TransformerConfig` (`runs.read_run_config`).
+        config: the run's model config (`runs.read_run_config`).
         flag_values: the parsed flags.
         method: the search method (default: `--method`, else "beam").
 
@@ -271,7 +270,7 @@ def corpus_defaults(preset, dataset):
 def config_from_flags(flag_values=flags.FLAGS, **defaults):
     """The preset named by `--preset` with `defaults`, then every flag given, applied."""
     overrides = dict(defaults)
-    for field in dataclasses.fields(TransformerConfig):
+    for field in config_fields():
         value = flag_values[field.name].value
         if value is not None:
             overrides[field.name] = value

@@ -34,8 +34,8 @@ from absl import logging
 
 from keras_transformer import fs
 from keras_transformer.data.tokenizer import Tokenizer
-from keras_transformer.models.config import TransformerConfig
-from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.config import model_config
+from keras_transformer.models.transformer import build_model
 
 CONFIG_FILE = "config.json"
 STARTS_FILE = "starts.jsonl"
@@ -277,7 +277,9 @@ def read_starts(model_dir):
 
 
 def read_run_config(model_dir):
-    """The `(TransformerConfig, whole config dict)` of a run directory.
+    """The `(model config, whole config dict)` of a run directory: a `TransformerConfig`, or the
+    config of the model its fields describe (`models.config.model_config`: a run written
+    with word positions is a `ParsingConfig`).
 
     Raises:
         FileNotFoundError: naming the directory when it holds no run config.
@@ -288,7 +290,7 @@ def read_run_config(model_dir):
             f"No run config at {path}: is {model_dir} a training run directory?"
         )
     payload = json.loads(fs.read_text(path))
-    return TransformerConfig.from_dict(payload["model"]), payload
+    return model_config(payload["model"]), payload
 
 
 def load_run_pairs(model_dir, split):
@@ -505,7 +507,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
     """
     config, _ = read_run_config(model_dir)
     path = _existing_tokenizer_path(model_dir)
-    model = Transformer(config, dtype=dtype)
+    model = build_model(config, dtype=dtype)
     if average_last:
         average_checkpoints(model, checkpoint_paths(checkpoint_dir(model_dir), average_last))
     else:

@@ -732,14 +732,16 @@ def check_parsing(recorder, out_dir):
     (`PARSING_*`), on TensorFlow's weights."""
     from keras_transformer.decoding import TreeConstraint
     from keras_transformer.decoding.tree_constraint import CLOSING, END, OPEN, OTHER, TAG
+    from keras_transformer.models import build_model
+    from keras_transformer.models.parsing import word_kinds
 
     kinds = (OTHER,) * 3 + (END,) + (OPEN,) * 6 + (CLOSING,) + (TAG,) * 6 + (OTHER,) * 15
     constraint = TreeConstraint(kinds, PARSING_WORD_STARTS)
     if recorder.reference_dir is None:
         keras.utils.set_random_seed(MODEL_SEEDS[PARSING_MODEL])
-    model = Transformer(get_preset("tiny", **PARSING_CONFIG))
+    model = build_model(get_preset("tiny", **PARSING_CONFIG))
     model(_model_inputs())
-    model.set_word_kinds(constraint.word_kinds())
+    model.set_word_kinds(word_kinds(constraint))
     weights = f"{PARSING_MODEL}.weights.h5"
     if recorder.reference_dir is None:
         model.save_weights(out_dir / weights)

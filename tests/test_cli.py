@@ -69,19 +69,26 @@ def test_help_lists_every_documented_flag(script):
     [
         ([], (True, 0)),  # the recipe: word positions, window 0
         (["--word_window=2"], (True, 2)),
-        (["--noword_positions"], (False, None)),  # the preset's window goes with its word positions
+        # The preset's window goes with its word positions, and the model is the Transformer.
+        (["--noword_positions"], (False, None)),
     ],
 )
 def test_config_flags_override_the_word_window_with_its_positions(argv, expected):
     from absl import flags
 
     from keras_transformer.cli import config_from_flags, define_config_flags
+    from keras_transformer.models import build_model
 
     flag_values = flags.FlagValues()
     define_config_flags("ptb_sample", flag_values=flag_values)
     flag_values(["train.py", *argv])
     config = config_from_flags(flag_values)
-    assert (config.word_positions, config.word_window) == expected
+    fields = (getattr(config, "word_positions", False), getattr(config, "word_window", None))
+    assert fields == expected
+    small = config.replace(num_encoder_layers=1, num_decoder_layers=1)
+    assert type(build_model(small)).__name__ == (
+        "ParsingTransformer" if expected[0] else "Transformer"
+    )
 
 
 def test_config_flags_keep_an_explicit_window_without_positions_an_error():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import PRESETS, Transformer, TransformerConfig, get_preset
+from keras_transformer.models import ParsingConfig, build_model
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 TABLE_START, TABLE_END = "<!-- preset-table:start -->", "<!-- preset-table:end -->"
@@ -104,7 +105,7 @@ def preset_table():
             str(config.head_value_dim),
             str(config.dropout),
             str(config.label_smoothing),
-            config.positional + (" + words" if config.word_positions else ""),
+            config.positional + (" + words" if getattr(config, "word_positions", False) else ""),
             f"{config.vocabulary_size:,}",
             f"{count:,}",
             f"{count / 1e6:.1f}",
@@ -135,12 +136,12 @@ def distinct_architectures():
 @pytest.mark.parametrize("name", distinct_architectures())
 def test_formula_matches_a_built_scaled_down_preset(name):
     config = scaled_down(get_preset(name))
-    model = Transformer(config)
+    model = build_model(config)
     trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
     assert count_parameters(config) == trainable
     # The one non-trainable weight: a word-position model's table of piece kinds (V entries).
     assert model.count_params() - trainable == (
-        config.vocabulary_size if config.word_positions else 0
+        config.vocabulary_size if getattr(config, "word_positions", False) else 0
     )
 
 
@@ -341,15 +342,15 @@ def test_other_bad_values_raise():
     with pytest.raises(
         ValueError, match="word_positions needs sinusoidal positions .* positional='learned'"
     ):
-        TransformerConfig(word_positions=True, positional="learned")
+        ParsingConfig(word_positions=True, positional="learned")
     with pytest.raises(ValueError, match="hidden_dim divisible by 4.* hidden_dim=510"):
-        TransformerConfig(word_positions=True, hidden_dim=510, num_heads=5)
+        ParsingConfig(word_positions=True, hidden_dim=510, num_heads=5)
     with pytest.raises(
         ValueError, match="word_window needs word_positions=True. Received: word_window=1"
     ):
-        TransformerConfig(word_window=1)
+        ParsingConfig(word_window=1)
     with pytest.raises(ValueError, match="word_window=-1"):
-        TransformerConfig(word_positions=True, word_window=-1)
+        ParsingConfig(word_positions=True, word_window=-1)
 
 
 def test_unknown_preset_lists_the_valid_ones():

@@ -265,7 +265,7 @@ def test_word_position_run_keeps_the_table_of_its_tokenizer(ptb_word_run):
     loaded from the run (built with an all-zero table) has it back."""
     import numpy as np
 
-    from keras_transformer.decoding.tree_constraint import word_kinds
+    from keras_transformer.models.parsing import word_kinds
     from keras_transformer.runs import load_run
 
     model, tokenizer, config = load_run(ptb_word_run)

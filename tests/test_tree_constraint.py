@@ -10,7 +10,7 @@ from keras_transformer.data.trees import delinearize, parse_tree, tree_symbols
 from keras_transformer.decoding import Parser, TreeConstraint, make_search_fn
 from keras_transformer.decoding.tree_constraint import CLOSING, END, OPEN, OTHER, TAG
 from keras_transformer.models.config import get_preset
-from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer import Transformer, build_model
 
 # A toy vocabulary: 0 PAD, 1 UNK, 2 BOS, 3 EOS, 4 "(S", 5 ")", 6 "NN", 7 a word piece "▁x", 8 "y" (no word start)
 KINDS = [OTHER, OTHER, OTHER, END, OPEN, CLOSING, TAG, OTHER, OTHER]
@@ -174,10 +174,10 @@ def test_parser_rejects_blank_and_overlong_lines(untrained_parser):
 def word_position_model(request, untrained_parser):
     """An untrained `word_positions` model with the table of the tree tokenizer, without and
     with a word window on encoder-decoder attention."""
-    from keras_transformer.decoding.tree_constraint import word_kinds
+    from keras_transformer.models.parsing import word_kinds
 
     _, tokenizer, _ = untrained_parser
-    model = Transformer(
+    model = build_model(
         get_preset(
             "tiny",
             vocabulary_size=600,
@@ -204,8 +204,8 @@ def _source_words(model, source_ids):
 
 
 def test_word_kinds_of_the_tree_tokenizer(untrained_parser):
-    from keras_transformer.decoding.tree_constraint import word_kinds
     from keras_transformer.layers.positional import WordIndex
+    from keras_transformer.models.parsing import word_kinds
 
     _, tokenizer, _ = untrained_parser
     kinds = word_kinds(tokenizer)
@@ -336,7 +336,7 @@ def test_word_positions_come_from_the_table(untrained_parser, word_position_mode
     )
     inputs = {"source_ids": source_ids, "target_ids": target_ids}
     logits = model(inputs).numpy()
-    other = Transformer(model.config)
+    other = build_model(model.config)
     other.set_weights([np.zeros_like(w) if w.dtype == np.int32 else w for w in model.get_weights()])
     assert np.abs(other(inputs).numpy() - logits).max() > 1e-3
 
@@ -394,8 +394,8 @@ def test_one_word_count_on_every_path(untrained_parser):
     """For each line the parser takes, the words of `sentence_words` are the words the constraint
     counts, those `WordIndex` numbers (EOS is word n), and those of the parser's tree."""
     from keras_transformer.data.trees import sentence_words
-    from keras_transformer.decoding.tree_constraint import word_kinds
     from keras_transformer.layers.positional import WordIndex
+    from keras_transformer.models.parsing import word_kinds
 
     model, tokenizer, _ = untrained_parser
     parser = Parser(model, tokenizer, "greedy", max_output_offset=12)

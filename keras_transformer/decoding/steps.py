@@ -31,7 +31,11 @@ TensorFlow outside XLA); the searches' loop (`search_loop`: a `tf.while_loop` on
 TensorFlow) takes its shape invariants from `loop_shape_invariants`.
 
 A model only needs `encode`, `init_cache` and `decode_step` (cached) or `encode` and
-`decode` (recompute), with the signatures of `keras_transformer.Transformer`.
+`decode` (recompute), with the signatures of `keras_transformer.Transformer`. A model that
+takes extra inputs (`models.parsing.ParsingTransformer`'s word positions) gives them through
+two hooks, `source_inputs(source_ids)` (once per source, tiled to the copies) and
+`prefix_inputs(target_ids, index)` (every cached step); the steps pass them on by keyword
+(`model_source_inputs`, `model_prefix_inputs`) and know nothing of what they hold.
 """
 
 import keras
@@ -76,10 +80,18 @@ def shares_cross_cache(model):
     return bool(getattr(model, "supports_shared_cross_cache", False))
 
 
-def _uses_word_window(model):
-    """Whether the model's encoder-decoder attention needs the source's word positions
-    (`Transformer.uses_word_window`)."""
-    return bool(getattr(model, "uses_word_window", False))
+def model_source_inputs(model, source_ids):
+    """The extra inputs `model.decode` / `decode_step` take from the source
+    (`Transformer.source_inputs`): a dict, empty for a model without the hook."""
+    hook = getattr(model, "source_inputs", None)
+    return hook(source_ids) if hook is not None else {}
+
+
+def model_prefix_inputs(model, target_ids, index):
+    """The extra inputs `model.decode_step` takes from the prefix at step `index`
+    (`Transformer.prefix_inputs`): a dict, empty for a model without the hook."""
+    hook = getattr(model, "prefix_inputs", None)
+    return hook(target_ids, index) if hook is not None else {}
 
 
 def _shares_growing_cache(model):
@@ -184,30 +196,20 @@ class CachedStep:
             cache = tile(cache)  # (N, ...): row b * K + k is copy k of sentence b
             source_mask = tile_rows(source_mask, num_copies)
         state = {"cache": cache, "source_mask": source_mask}
-        if _uses_word_window(self.model):  # (N, S): per copy, as the cross cache is then
-            state["source_words"] = tile_rows(
-                self.model.source_word_positions(source_ids), num_copies
-            )
+        inputs = model_source_inputs(self.model, source_ids)
+        if inputs:  # (N, ...): per copy, never shared
+            state["inputs"] = tile(inputs)
         return state
 
     def step(self, state, target_ids, index):
         tokens = ops.take(target_ids, index[None], axis=1)  # (N, 1)
-        extra = {}
-        if getattr(
-            self.model, "uses_word_positions", False
-        ):  # the word index counts the tags of the whole prefix
-            words = self.model.target_word_positions(
-                target_ids
-            )  # (N, L + 1); PAD after the prefix counts nothing
-            extra["word_positions"] = ops.take(words, index[None], axis=1)  # (N, 1)
-        if "source_words" in state:
-            extra["source_word_positions"] = state["source_words"]
         logits, cache = self.model.decode_step(
             tokens,
             state["cache"],
             index,
             state["source_mask"],
-            **extra,
+            **state.get("inputs", {}),
+            **model_prefix_inputs(self.model, target_ids, index),
             **self.output_kwargs(state),
         )
         return ops.cast(logits[:, 0, :], "float32"), {**state, "cache": cache}
@@ -218,7 +220,7 @@ class CachedStep:
 
     def reorder(self, state, indices, sentences=None):
         cache, source_mask = reorder_cache(state["cache"], indices), state["source_mask"]
-        source_words = state.get("source_words")
+        inputs = state.get("inputs")
         if sentences is not None:
             # The cross keys/values and the source mask have one row per sentence when
             # shared, else one per copy like the self-attention buffers.
@@ -226,11 +228,11 @@ class CachedStep:
             with keras.name_scope(REORDER_SCOPE):
                 cache = map_cache(cache, lambda cross: _gather_rows(cross, rows), cross=True)
             source_mask = ops.take(source_mask, rows, axis=0)
-            if source_words is not None:  # never shared
-                source_words = ops.take(source_words, indices, axis=0)
+            if inputs is not None:  # never shared
+                inputs = _gather_rows(inputs, indices)
         state = {"cache": cache, "source_mask": source_mask}
-        if source_words is not None:
-            state["source_words"] = source_words
+        if inputs is not None:
+            state["inputs"] = inputs
         return state
 
 
@@ -274,10 +276,11 @@ class RecomputeStep:
             "encoder_outputs": tile_rows(encoder_outputs, num_copies),  # (N, S, D)
             "source_mask": tile_rows(source_mask, num_copies),  # (N, S)
         }
-        if _uses_word_window(self.model):
-            state["source_words"] = tile_rows(
-                self.model.source_word_positions(source_ids), num_copies
-            )  # (N, S)
+        inputs = model_source_inputs(self.model, source_ids)
+        if inputs:
+            state["inputs"] = keras.tree.map_structure(
+                lambda tensor: tile_rows(tensor, num_copies), inputs
+            )  # (N, ...)
         return state
 
     def step(self, state, target_ids, index):
@@ -290,9 +293,8 @@ class RecomputeStep:
         else:
             inputs = target_ids[:, :-1]  # (N, L): all decoder input slots
             position = index
-        extra = {"source_word_positions": state["source_words"]} if "source_words" in state else {}
         logits = self.model.decode(
-            inputs, state["encoder_outputs"], state["source_mask"], **extra
+            inputs, state["encoder_outputs"], state["source_mask"], **state.get("inputs", {})
         )  # (N, T, V)
         logits = tf.gather(logits, position, axis=1) if not prefix_only else logits[:, -1, :]
         return tf.cast(logits, tf.float32), state

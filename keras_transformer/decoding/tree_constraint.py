@@ -24,8 +24,9 @@ through one hook (`constraint=`); without it they are unchanged. Written in `ker
 runs wherever the searches run (every Keras backend).
 
 The word count comes from the source pieces: a SentencePiece piece that starts with `▁`
-starts a word, so `n` = the number of such pieces (and `layers.WordIndex`, through
-`word_kinds`, numbers the words by the same pieces). For that to be the count of the
+starts a word, so `n` = the number of such pieces (and the parsing model's
+`layers.WordIndex`, through `models.parsing.word_kinds`, numbers the words by the same
+pieces). For that to be the count of the
 sentence's words (`data.trees.sentence_words`), the tokenizer must keep each word as one:
 its pieces start with the one piece that starts a word and hold no other. It does not for a
 word that its normaliser deletes (U+200B, U+FFFD, control characters) or splits (one
@@ -104,17 +105,6 @@ class TreeConstraint:
             word_starts.append(text.startswith(WORD_START))
         return cls(kinds, word_starts)
 
-    def word_kinds(self):
-        """The table of a `word_positions` model (`Transformer.set_word_kinds`) for this
-        vocabulary: `(V,)` ints, `layers.WordIndex.TAG` for the POS tags, `WORD_START` for the
-        other pieces that start a word (`▁...`) and for EOS, `OTHER` for the rest."""
-        from keras_transformer.layers.positional import WordIndex
-
-        kinds = np.where(self.word_starts, WordIndex.WORD_START, WordIndex.OTHER)
-        kinds[self.kinds == TAG] = WordIndex.TAG
-        kinds[EOS_ID] = WordIndex.WORD_START
-        return kinds.astype(np.int32)
-
     def source_words(self, source_ids):
         """The number of words of each source: int32 `(B,)` from `(B, S)` piece ids."""
         starts = ops.take(
@@ -182,8 +172,3 @@ class TreeConstraint:
         """`scores` `(N, V)` with the ids that `allowed` forbids set to -inf."""
         allowed = self.allowed(prefix_ids, index, words, limits)
         return ops.where(allowed, scores, ops.cast(-np.inf, scores.dtype))
-
-
-def word_kinds(tokenizer):
-    """`TreeConstraint.word_kinds` of a run's tokenizer (`Transformer.set_word_kinds`)."""
-    return TreeConstraint.from_tokenizer(tokenizer).word_kinds()

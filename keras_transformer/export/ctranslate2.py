@@ -43,6 +43,7 @@ Example:
 PosixPath('ct2/builtin_tiny')
 """
 
+import dataclasses
 import tempfile
 
 import numpy as np
@@ -50,6 +51,7 @@ import numpy as np
 from keras_transformer import fs
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.options import SearchOptions
+from keras_transformer.models.config import TransformerConfig
 from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
 
 QUANTIZATIONS = ("float32", "int8")
@@ -91,7 +93,8 @@ def check_ctranslate2_config(config):
 
     CTranslate2 derives the head width as hidden_dim / num_heads, so `key_dim` and
     `value_dim` must be unset or equal to it; its self-attention is never restricted to a
-    window (`attention_window`); its positions count tokens, not words (`word_positions`); the
+    window (`attention_window`); it converts the Transformer only, not a model that extends it
+    (a config with more fields, `models.parsing.ParsingConfig`: the first one set is named); the
     feed-forward activation must be one of `ACTIVATIONS`.
     """
     head_dim = config.hidden_dim // config.num_heads
@@ -107,11 +110,14 @@ def check_ctranslate2_config(config):
             f"CTranslate2 cannot express attention_window={config.attention_window}: its self-attention "
             f"attends to every position. Received: attention_window={config.attention_window}"
         )
-    if getattr(config, "word_positions", False):
-        raise ValueError(
-            "CTranslate2 cannot express word_positions=True: its position encodings count tokens, not words. "
-            "Received: word_positions=True"
-        )
+    core = {field.name for field in dataclasses.fields(TransformerConfig)}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.name not in core and value not in (None, False):
+            raise ValueError(
+                f"CTranslate2 cannot express {field.name}={value!r}: it converts the Transformer, and "
+                f"{field.name} belongs to a {type(config).__name__}. Received: {field.name}={value!r}"
+            )
     name = _activation_name(config.activation)
     if name not in ACTIVATIONS:
         raise ValueError(

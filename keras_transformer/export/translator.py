@@ -34,6 +34,7 @@ from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.decoding.shortlist import ShortlistStep
+from keras_transformer.decoding.steps import model_source_inputs
 from keras_transformer.decoding.text import decode_text, encode_source, valid_utf8
 from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.runs import load_run
@@ -261,11 +262,8 @@ class TranslationModule(tf.Module):
         target_in = tf.concat([bos, pieces], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
         target_out = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)  # (B, T)
         encoder_outputs, source_mask = self.model.encode(source_ids)  # (B, S, D), (B, S)
-        extra = {}
-        if getattr(
-            self.model, "uses_word_window", False
-        ):  # config.word_window: the source's word of each piece
-            extra["source_word_positions"] = self.model.source_word_positions(source_ids)
+        # What else the model reads off the source (e.g. the parsing model's word positions).
+        extra = model_source_inputs(self.model, source_ids)
         logits = self.model.decode(target_in, encoder_outputs, source_mask, **extra)  # (B, T, V)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
         token_log_probs = tf.gather(log_probs, target_out, batch_dims=2)  # (B, T)

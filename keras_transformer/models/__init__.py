@@ -1,6 +1,20 @@
-"""Model configuration and the functional Transformer."""
+"""Model configuration, the functional Transformer, and the parsing model that extends it.
 
-from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset
-from keras_transformer.models.transformer import Transformer
+Importing the package defines the parsing model and its config (`models.parsing`), which
+registers the parsing presets and the class `build_model` builds for a `ParsingConfig`.
+"""
 
-__all__ = ["PRESETS", "Transformer", "TransformerConfig", "get_preset"]
+from keras_transformer.models.config import PRESETS, TransformerConfig, get_preset, model_config
+from keras_transformer.models.parsing import ParsingConfig, ParsingTransformer
+from keras_transformer.models.transformer import Transformer, build_model
+
+__all__ = [
+    "PRESETS",
+    "ParsingConfig",
+    "ParsingTransformer",
+    "Transformer",
+    "TransformerConfig",
+    "build_model",
+    "get_preset",
+    "model_config",
+]

@@ -47,7 +47,6 @@ ARCHITECTURE_FIELDS = (
     "layer_norm_epsilon",
     "normalize_first",
     "positional",
-    "word_positions",
     "max_length",
     "share_embeddings",
     "tie_output",
@@ -78,15 +77,6 @@ class TransformerConfig:
         layer_norm_epsilon: LayerNorm epsilon.
         normalize_first: pre-LN (False = the paper's post-LN).
         positional: "sinusoidal" (paper) or "learned" (Table 3 row E).
-        word_positions: for parsing (linearized trees, docs/parsing.md): half of each
-            sinusoidal position vector encodes the token's position, half the index of the
-            word it belongs to (source: the word of each piece; target: the number of POS
-            tags so far, i.e. the word whose tag comes next), so that encoder-decoder
-            attention can find the current word (`layers.positional.WordIndex`). Sinusoidal
-            positions only; False (the paper) for translation.
-        word_window: with `word_positions`, encoder-decoder attention sees only the source
-            pieces of the words at most this far from the current word (0: that word's
-            pieces only; EOS counts as the word after the last); `None`: every piece.
         max_length: longest source/target sequence in tokens (learned positions, buffers).
         share_embeddings: one embedding matrix for source and target tokens.
         tie_output: reuse the target embedding matrix as the pre-softmax projection.
@@ -125,8 +115,6 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     normalize_first: bool = False
     positional: str = "sinusoidal"
-    word_positions: bool = False
-    word_window: int | None = None
     max_length: int = 256
     share_embeddings: bool = True
     tie_output: bool = True
@@ -140,6 +128,9 @@ class TransformerConfig:
     length_penalty: float = 0.6
     max_output_offset: int = 50
     average_checkpoints: int = 5
+
+    # Not a field: the names `architecture` returns (a subclass adds its own).
+    architecture_fields = ARCHITECTURE_FIELDS
 
     def __post_init__(self):
         for name in (
@@ -159,12 +150,6 @@ class TransformerConfig:
         for name in ("key_dim", "value_dim", "attention_window"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
-        if self.word_window is not None:
-            check_non_negative_int("word_window", self.word_window)
-            if not self.word_positions:
-                raise ValueError(
-                    f"word_window needs word_positions=True. Received: word_window={self.word_window}"
-                )
         if self.key_dim is None and self.hidden_dim % self.num_heads:
             raise ValueError(
                 "num_heads must divide hidden_dim (d_model) when key_dim is not given. "
@@ -179,11 +164,6 @@ class TransformerConfig:
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(
                 f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}"
-            )
-        if self.word_positions and (self.positional != "sinusoidal" or self.hidden_dim % 4):
-            raise ValueError(
-                "word_positions needs sinusoidal positions and a hidden_dim divisible by 4 (two sinusoid halves). "
-                f"Received: positional={self.positional!r}, hidden_dim={self.hidden_dim}"
             )
         if not self.layer_norm_epsilon > 0:
             raise ValueError(
@@ -209,7 +189,7 @@ class TransformerConfig:
 
     def architecture(self):
         """The fields that define the weights and the graph (not training or decoding settings)."""
-        return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS}
+        return {name: getattr(self, name) for name in self.architecture_fields}
 
     def replace(self, **changes):
         """A copy with `changes` applied (and validated). Unknown field names raise ValueError."""
@@ -229,7 +209,7 @@ class TransformerConfig:
 
 
 # 4+4 layers, d_model 128, d_ff 256, 4 heads: the CPU presets `tiny` and `multi30k`.
-_TINY_ARCHITECTURE = dict(
+TINY_ARCHITECTURE = dict(
     vocabulary_size=8000,
     num_encoder_layers=4,
     num_decoder_layers=4,
@@ -278,50 +258,17 @@ PRESETS = {
     "tiny": (
         "CPU preset: 4+4 layers, d_model 128, d_ff 256, 4 heads; a short schedule (600 steps, "
         "peak learning rate ~2.2e-3) that learns the embedded task in minutes",
-        dict(**_TINY_ARCHITECTURE, warmup_steps=200, learning_rate_scale=0.35, train_steps=600),
+        dict(**TINY_ARCHITECTURE, warmup_steps=200, learning_rate_scale=0.35, train_steps=600),
     ),
     "multi30k": (
         "Multi30k recipe for a 2-core CPU (docs/results.md): the tiny architecture (Wu et al. 2021's "
         "Transformer-Tiny), P_drop 0.2, peak learning rate ~3.1e-3 after 800 warmup steps, 3,000 steps",
         dict(
-            **_TINY_ARCHITECTURE,
+            **TINY_ARCHITECTURE,
             dropout=0.2,
             warmup_steps=800,
             learning_rate_scale=1.0,
             train_steps=3000,
-        ),
-    ),
-    "ptb_sample": (
-        "Parsing recipe for the Penn Treebank sample on a 2-core CPU (docs/parsing.md): the tiny "
-        "architecture with a 2,000-piece vocabulary and word positions (encoder-decoder attention on the "
-        "current word only), P_drop 0.1, 3,200 updates at 0.3x the Noam rate decaying linearly, sequences up "
-        "to 256; the WSJ search settings (beam 21, alpha 0.3, output up to input + 300)",
-        dict(
-            **{**_TINY_ARCHITECTURE, "vocabulary_size": 2000, "max_length": 256},
-            dropout=0.1,
-            warmup_steps=320,
-            learning_rate_scale=0.3,
-            learning_rate_decay="linear",
-            train_steps=3200,
-            word_positions=True,
-            word_window=0,
-            beam_size=21,
-            length_penalty=0.3,
-            max_output_offset=300,
-        ),
-    ),
-    "ptb_wsj": (
-        "Table 4, WSJ only: 4 + 4 layers, d_model 1024 (the base model's other settings), a 16K vocabulary; "
-        "beam 21, alpha 0.3, output up to input + 300",
-        dict(
-            vocabulary_size=16000,
-            num_encoder_layers=4,
-            num_decoder_layers=4,
-            hidden_dim=1024,
-            max_length=1024,
-            beam_size=21,
-            length_penalty=0.3,
-            max_output_offset=300,
         ),
     ),
     "small": (
@@ -341,12 +288,64 @@ PRESETS = {
 }
 
 
+def config_classes():
+    """`TransformerConfig` and the configs of the models that extend the Transformer (its
+    subclasses, e.g. `models.parsing.ParsingConfig`, defined when `keras_transformer.models`
+    is imported), the Transformer's first."""
+    classes = [TransformerConfig]
+    for config_class in classes:
+        classes.extend(config_class.__subclasses__())
+    return classes
+
+
+def config_fields():
+    """The `dataclasses.Field`s of every config class (`config_classes`), each name once: the
+    Transformer's, then those the other configs add (what `--flags` can override)."""
+    fields = {}
+    for config_class in config_classes():
+        for field in dataclasses.fields(config_class):
+            fields.setdefault(field.name, field)
+    return list(fields.values())
+
+
+def model_config(values):
+    """The config a dict of fields describes (a run's `config.json` "model", a preset with its
+    overrides): the first of `config_classes` that has every field in `values` that is not
+    at its default.
+
+    Raises:
+        ValueError: a field no config has (`TransformerConfig.replace`'s message), or a bad value.
+    """
+    core = {field.name for field in dataclasses.fields(TransformerConfig)}
+    added = {
+        field.name: field.default
+        for field in config_fields()
+        if field.name not in core and field.default is not dataclasses.MISSING
+    }
+    # A field a model adds, at its default, adds nothing: such a config is the Transformer's
+    # (a translation run written when the parsing fields were the Transformer's lists them so).
+    values = {
+        name: value for name, value in values.items() if name not in added or value != added[name]
+    }
+    for config_class in config_classes():
+        if set(values) <= {field.name for field in dataclasses.fields(config_class)}:
+            return config_class.from_dict(values)
+    return TransformerConfig.from_dict(values)  # names the unknown fields
+
+
+def register_preset(name, description, fields):
+    """Add preset `name` to `PRESETS` (a model that extends the Transformer adds its recipes)."""
+    if name in PRESETS:
+        raise ValueError(f"Preset {name!r} is already defined")
+    PRESETS[name] = (description, fields)
+
+
 def get_preset(name, **overrides):
-    """The config of preset `name`, with `overrides` applied.
+    """The config of preset `name`, with `overrides` applied (`model_config` chooses its class).
 
     Raises:
         ValueError: unknown preset (the message lists the valid names) or bad overrides.
     """
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}. Valid presets: {', '.join(PRESETS)}")
-    return TransformerConfig().replace(**PRESETS[name][1]).replace(**overrides)
+    return model_config({**PRESETS[name][1], **overrides})

@@ -18,9 +18,9 @@ from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
 from keras_transformer.layers.normalization import LayerNormalization
-from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding, WordIndex
+from keras_transformer.layers.positional import PositionalEncoding, PositionEmbedding
 from keras_transformer.layers.tracing import in_xla_context
-from keras_transformer.models.config import TransformerConfig, get_preset
+from keras_transformer.models.config import TransformerConfig, get_preset, model_config
 
 # The padding id (`data.tokenizer.PAD_ID`, which owns the special ids): not imported from
 # there, so that `import keras_transformer` does not load TensorFlow Text.
@@ -39,6 +39,14 @@ class Transformer(keras.Model):
     Besides the functional call, it exposes the views used by decoding and export:
     `encode`, `init_cache`, `decode_step` (one or more steps with the key/value cache,
     returning `(logits, cache)`), and `decode` (a full teacher-forced decoder pass).
+
+    A model that extends it (`models.parsing.ParsingTransformer`) passes what else it needs
+    through hooks that the Transformer leaves empty: extra inputs of `decode` and
+    `decode_step` read off the source (`source_inputs`) and off the target prefix
+    (`prefix_inputs`), which the searches and the export pass on; what it reads from the
+    run's tokenizer before training (`reads_tokenizer`, `read_tokenizer`); and, inside the
+    graph, the position encodings and an encoder-decoder attention mask. Build a run's
+    model with `build_model(config)`, which picks the class of the config.
 
     `model.quantize("int8")` (Keras' API) makes every weight matrix int8: the attention
     projections, the feed-forward layers, the embedding lookup and the tied (or separate)
@@ -71,12 +79,24 @@ class Transformer(keras.Model):
     # `init_cache(encoder_outputs, None)` gives growing self-attention caches (ring buffers
     # with a window); see `decoding.CachedStep`.
     supports_growing_cache = True
+    # The config class this model is built from (`build_model` maps configs to models by it).
+    config_class = TransformerConfig
+    # Whether the trainer calls `read_tokenizer` with the run's tokenizer before training.
+    reads_tokenizer = False
+    # The names `source_inputs` and `prefix_inputs` may give (`decode`, `decode_step` take them).
+    extra_inputs = ()
 
     def __init__(self, config, dtype=None, quantization_config=None, **kwargs):
         if isinstance(config, str):
             config = get_preset(config)
         if isinstance(config, dict):
-            config = TransformerConfig.from_dict(config)
+            config = self.config_class.from_dict(config)
+        if type(config) is not self.config_class:
+            raise ValueError(
+                f"{type(self).__name__} is built from a {self.config_class.__name__}; a "
+                f"{type(config).__name__} builds a {model_class(config).__name__} "
+                "(models.build_model(config))"
+            )
         self.config = config
         policy = (
             keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
@@ -105,11 +125,6 @@ class Transformer(keras.Model):
             source_position = target_position = PositionalEncoding(
                 dtype=policy, name="positional_encoding"
             )
-        # With `word_positions`, the table of which pieces start words and which are tags
-        # (set from the tokenizer: `set_word_kinds`).
-        word_index = (
-            WordIndex(config.vocabulary_size, name="word_index") if config.word_positions else None
-        )
         block_kwargs = dict(
             num_heads=config.num_heads,
             intermediate_dim=config.intermediate_dim,
@@ -171,10 +186,7 @@ class Transformer(keras.Model):
                     layer, "quantization_config"
                 ):  # layer passes its own to the Dense it builds
                     layer.quantization_config = quantization_config
-        self.word_index = word_index
-        # A word window masks encoder-decoder attention per hypothesis (each has its own
-        # current word), so beam copies cannot share one row of cross keys/values and mask.
-        self.supports_shared_cross_cache = config.word_window is None
+        self._build_extra_layers(config)
 
         # --- functional graph ---
         source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
@@ -182,15 +194,12 @@ class Transformer(keras.Model):
         # On TensorFlow the position-wise work skips the padding (`layers.packing`).
         packed = self._packs
         encoder_outputs, source_mask = self._encode(source_ids, training=None, packed=packed)
-        source_words = (
-            self.source_word_positions(source_ids) if config.word_window is not None else None
-        )
         logits = self._decode(
             target_ids,
             encoder_outputs,
             source_mask,
             training=None,
-            source_words=source_words,
+            inputs=self.source_inputs(source_ids),
             packed=packed,
         )
         super().__init__(
@@ -252,13 +261,12 @@ class Transformer(keras.Model):
         source_ids = ops.convert_to_tensor(inputs["source_ids"], "int32")
         target_ids = ops.convert_to_tensor(inputs["target_ids"], "int32")
         encoder_outputs, source_packing = self._encode(source_ids, training=training, packed=True)
-        source_words = self.source_word_positions(source_ids) if self.uses_word_window else None
         logits, positions = self._decode(
             target_ids,
             encoder_outputs,
             source_packing,
             training=training,
-            source_words=source_words,
+            inputs=self.source_inputs(source_ids),
             packed=True,
             rows=True,
         )
@@ -304,69 +312,55 @@ class Transformer(keras.Model):
         """A `layers.packing` layer (`RealPositions`, `Pack`, `Unpack`) in the model's dtype policy."""
         return layer_class(dtype=self.source_dropout.dtype_policy)
 
-    def _embed(
-        self,
-        token_ids,
-        embedding,
-        position,
-        dropout,
-        start_index=0,
-        training=None,
-        word_positions=None,
-        real_positions=None,
-    ):
-        """`(B, T, D)` embeddings plus positions, after dropout; with `real_positions` (`layers.packing`),
-        the `(N, D)` rows of those positions only."""
+    def _embed(self, token_ids, embedding, positions, dropout, training=None, real_positions=None):
+        """`(B, T, D)` embeddings plus `positions(embeddings)` (the position encodings), after
+        dropout; with `real_positions` (`layers.packing`), the `(N, D)` rows of those positions only."""
         hidden = embedding(token_ids)  # (B, T, D), scaled by sqrt(D)
-        if word_positions is None:
-            hidden = hidden + position(hidden, start_index=start_index)
-        else:
-            hidden = hidden + position(
-                hidden, start_index=start_index, word_positions=word_positions
-            )
+        hidden = hidden + positions(hidden)
         if real_positions is not None:
             hidden = self._packing_layer(packing.Pack)(hidden, real_positions)  # (N, D)
         return dropout(hidden, training=training)
 
-    @property
-    def uses_word_positions(self):
-        """Whether positions count words (`config.word_positions`): `decode_step` then needs
-        `word_positions` (see `target_word_positions`)."""
-        return self.word_index is not None
+    # --- hooks: what a model that extends the Transformer overrides ---
+    # A checkpoint names the layers by the index of their operation in the functional graph:
+    # an override that adds or moves an operation there renames the variables of the runs
+    # already written (tests/test_parsing_model.py loads runs written before the split).
 
-    def set_word_kinds(self, kinds):
-        """Set the `word_positions` table: `(V,)` kinds, `layers.WordIndex.OTHER`, `WORD_START`
-        or `TAG` per id (`decoding.tree_constraint.word_kinds(tokenizer)`)."""
-        if self.word_index is None:
-            raise ValueError("set_word_kinds needs a model with word_positions=True")
-        self.word_index.set_kinds(kinds)
+    def _build_extra_layers(self, config):
+        """Create the layers a subclass adds, before the graph is built (the Transformer: none)."""
 
-    def target_word_positions(self, target_ids):
-        """int `(B, T)`: the word index of each decoder input (`layers.positional.WordIndex.target`)."""
-        return self.word_index.target(ops.convert_to_tensor(target_ids, "int32"))
+    def read_tokenizer(self, tokenizer):
+        """Read what the model takes from its run's tokenizer (`reads_tokenizer`; the Transformer: nothing)."""
 
-    @property
-    def uses_word_window(self):
-        """Whether encoder-decoder attention is limited to the current word's neighbours
-        (`config.word_window`): `decode` and `decode_step` then need `source_word_positions`."""
-        return self.config.word_window is not None
+    def source_inputs(self, source_ids):
+        """The extra inputs of `decode` and `decode_step` read off the source: a dict of tensors
+        with one row per sentence, which a search tiles to the copies of each sentence and
+        passes (by keyword) to every step. The Transformer takes none: `{}`."""
+        return {}
 
-    def source_word_positions(self, source_ids):
-        """int `(B, S)`: the word index of each source piece (`layers.positional.WordIndex.source`)."""
-        return self.word_index.source(ops.convert_to_tensor(source_ids, "int32"))
+    def prefix_inputs(self, target_ids, index):
+        """The extra inputs of `decode_step` read off the decoder inputs `target_ids (N, L + 1)`
+        at step `index` (the tokens so far). The Transformer takes none: `{}`."""
+        return {}
 
-    def _window_mask(self, source_words, target_words):
-        """bool `(B, T, S)`: the source pieces within `word_window` words of each query's word."""
-        distance = ops.abs(ops.expand_dims(source_words, 1) - ops.expand_dims(target_words, 2))
-        return ops.less_equal(distance, self.config.word_window)
+    def _target_inputs(self, target_ids, inputs):
+        """`inputs` completed with what the decoder reads off the whole `target_ids`: a full
+        (teacher-forced) pass computes here what `prefix_inputs` gives a step."""
+        return inputs
 
-    def _check_source_words(self, source_words, method):
-        if (source_words is None) == self.uses_word_window:
-            raise ValueError(
-                f"{method} takes source_word_positions exactly when the model has a word_window. "
-                f"Received: source_word_positions={'None' if source_words is None else 'a tensor'}, "
-                f"config.word_window={self.config.word_window}"
-            )
+    def _source_positions(self, source_ids):
+        """A function of the source's embeddings `(B, S, D)`: their position encodings."""
+        return self.source_position
+
+    def _target_positions(self, start_index, inputs):
+        """A function of the decoder inputs' embeddings `(B, T, D)`, the first at `start_index`:
+        their position encodings."""
+        return lambda embedded: self.target_position(embedded, start_index=start_index)
+
+    def _encoder_attention_mask(self, inputs):
+        """None, or bool `(B, T, S)`: which source positions each decoder query may attend to
+        (besides the source padding). The Transformer: None, every position."""
+        return None
 
     def _encode(self, source_ids, training=None, packed=False):
         """`(hidden (B, S, D), source_mask (B, S))`; `packed`: `(hidden (N_S, D), source_packing)`,
@@ -377,14 +371,12 @@ class Transformer(keras.Model):
             if packed
             else None
         )
-        words = self.word_index.source(source_ids) if self.word_index is not None else None
         hidden = self._embed(
             source_ids,
             self.source_embedding,
-            self.source_position,
+            self._source_positions(source_ids),
             self.source_dropout,
             training=training,
-            word_positions=words,
             real_positions=source_packing[0] if packed else None,
         )
         for layer in self.encoder_layers:
@@ -417,11 +409,12 @@ class Transformer(keras.Model):
         source_mask,
         training=None,
         return_attention_scores=False,
-        source_words=None,
+        inputs=None,
         packed=False,
         rows=False,
     ):
-        """Logits `(B, T, V)` (and the attention scores). `packed`: `encoder_outputs` and
+        """Logits `(B, T, V)` (and the attention scores). `inputs`: the model's `source_inputs`.
+        `packed`: `encoder_outputs` and
         `source_mask` are the rows and the packing of `_encode(..., packed=True)`, and the
         decoder's position-wise work runs on the target's real positions only; with `rows`,
         `(logits (N, V), positions (N,))` on those positions (`real_target_logits`)."""
@@ -431,19 +424,16 @@ class Transformer(keras.Model):
             if packed
             else None
         )
-        words = self.word_index.target(target_ids) if self.word_index is not None else None
+        inputs = self._target_inputs(target_ids, inputs or {})
         hidden = self._embed(
             target_ids,
             self.target_embedding,
-            self.target_position,
+            self._target_positions(0, inputs),
             self.target_dropout,
             training=training,
-            word_positions=words,
             real_positions=target_packing[0] if packed else None,
         )
-        window = (
-            self._window_mask(source_words, words) if source_words is not None else None
-        )  # (B, T, S)
+        window = self._encoder_attention_mask(inputs)  # None or (B, T, S)
         if packed:
             masks = dict(decoder_packing=target_packing, encoder_packing=source_mask)
         else:
@@ -489,14 +479,12 @@ class Transformer(keras.Model):
         """Self-attention weights of every encoder layer: a list of `(B, H, S, S)`."""
         source_ids = ops.convert_to_tensor(source_ids, "int32")
         source_mask = padding_mask(source_ids, PAD_ID)
-        words = self.word_index.source(source_ids) if self.word_index is not None else None
         hidden = self._embed(
             source_ids,
             self.source_embedding,
-            self.source_position,
+            self._source_positions(source_ids),
             self.source_dropout,
             training=False,
-            word_positions=words,
         )
         scores = []
         for layer in self.encoder_layers:
@@ -513,7 +501,7 @@ class Transformer(keras.Model):
         source_padding_mask,
         training=False,
         return_attention_scores=False,
-        source_word_positions=None,
+        **inputs,
     ):
         """A full (teacher-forced, uncached) decoder pass.
 
@@ -523,21 +511,29 @@ class Transformer(keras.Model):
             source_padding_mask: bool `(B, S)` from `encode`.
             return_attention_scores: also return, per decoder layer,
                 `{"self": (B, H, T, T), "cross": (B, H, T, S)}`.
-            source_word_positions: with `config.word_window` (and only then), int `(B, S)`
-                from `source_word_positions(source_ids)`.
+            **inputs: the model's `source_inputs(source_ids)` (none for the Transformer).
 
         Returns:
             float32 logits `(B, T, V)`, or `(logits, scores)`.
         """
-        self._check_source_words(source_word_positions, "decode")
+        self._check_inputs(inputs, "decode")
         return self._decode(
             ops.convert_to_tensor(target_ids, "int32"),
             encoder_outputs,
             source_padding_mask,
             training=training,
             return_attention_scores=return_attention_scores,
-            source_words=source_word_positions,
+            inputs=inputs,
         )
+
+    def _check_inputs(self, inputs, method):
+        """A one-line TypeError for an extra input the model does not take (`extra_inputs`)."""
+        unknown = sorted(set(inputs) - set(self.extra_inputs))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.{method} takes no input {unknown}; its extra inputs: "
+                f"{list(self.extra_inputs)}"
+            )
 
     def init_cache(self, encoder_outputs, max_length):
         """Per-decoder-layer caches: empty self-attention buffers of `max_length` slots (a
@@ -557,9 +553,8 @@ class Transformer(keras.Model):
         cache,
         cache_index,
         source_padding_mask,
-        word_positions=None,
-        source_word_positions=None,
         output_ids=None,
+        **inputs,
     ):
         """Decode new target positions with the cache (inference: dropout off).
 
@@ -574,40 +569,24 @@ class Transformer(keras.Model):
             cache_index: int scalar, the target position of `token_ids[:, 0]`.
             source_padding_mask: bool `(B, S)` from `encode`, or `(B / C, S)` with a
                 shared encoder-decoder cache.
-            word_positions: with `config.word_positions` (and only then), int `(B, Q)`: the
-                word index of each token, `target_word_positions` of the whole prefix at
-                these positions (the tags before a token are not in the cache's tokens).
-            source_word_positions: with `config.word_window` (and only then), int `(B, S)`
-                from `source_word_positions(source_ids)`, one row per token row (a model
-                with a word window shares no cross cache between beam copies).
             output_ids: None, or int `(V',)`: logits for these tokens only (a vocabulary
                 shortlist, `decoding.shortlist`; needs the tied output projection).
+            **inputs: the model's `source_inputs(source_ids)`, one row per token row, and its
+                `prefix_inputs` at these positions (none for the Transformer).
 
         Returns:
             `(logits (B, Q, V) float32, cache)`; `(B, Q, V')` with `output_ids`.
         """
-        if (word_positions is None) == self.uses_word_positions:
-            raise ValueError(
-                "decode_step takes word_positions exactly when the model has word_positions=True. "
-                f"Received: word_positions={'None' if word_positions is None else 'a tensor'}, "
-                f"config.word_positions={self.config.word_positions}"
-            )
-        self._check_source_words(source_word_positions, "decode_step")
+        self._check_inputs(inputs, "decode_step")
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         hidden = self._embed(
             token_ids,
             self.target_embedding,
-            self.target_position,
+            self._target_positions(cache_index, inputs),
             self.target_dropout,
-            start_index=cache_index,
             training=False,
-            word_positions=word_positions,
         )
-        window = None
-        if source_word_positions is not None:
-            window = self._window_mask(
-                source_word_positions, ops.convert_to_tensor(word_positions, "int32")
-            )  # (B, Q, S)
+        window = self._encoder_attention_mask(inputs)  # None or (B, Q, S)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache):
             hidden, layer_cache = layer(
@@ -703,7 +682,49 @@ class Transformer(keras.Model):
         config["quantization_config"] = keras.saving.deserialize_keras_object(
             config.get("quantization_config")
         )
-        return cls(**config)
+        # A file saved as a "Transformer" with a parsing model's fields (before the parsing
+        # model was its own class) builds the model its fields describe.
+        settings = config.pop("config")
+        settings = model_config(settings) if isinstance(settings, dict) else settings
+        return model_class(settings)(settings, **config)
+
+
+_MODEL_CLASSES = {}
+
+
+def register_model(cls):
+    """Class decorator: `build_model` builds `cls` from a `cls.config_class` config."""
+    _MODEL_CLASSES[cls.config_class] = cls
+    return cls
+
+
+def model_class(config):
+    """The model class of `config` (a `TransformerConfig` or a subclass's, `register_model`)."""
+    return _MODEL_CLASSES[type(config)]
+
+
+def build_model(config, **kwargs):
+    """The model of `config` (`models.config.model_config`): a `Transformer` for a
+    `TransformerConfig`, a `models.parsing.ParsingTransformer` for a `ParsingConfig`.
+
+    Args:
+        config: a config, its dict (a run's `config.json` "model") or a preset name.
+        **kwargs: the model's other arguments (`dtype`, `quantization_config`, `name`).
+
+    Example:
+
+    >>> type(build_model(get_preset("ptb_sample", vocabulary_size=32, num_encoder_layers=1,
+    ...                             num_decoder_layers=1))).__name__
+    'ParsingTransformer'
+    """
+    if isinstance(config, str):
+        config = get_preset(config)
+    if isinstance(config, dict):
+        config = model_config(config)
+    return model_class(config)(config, **kwargs)
+
+
+register_model(Transformer)
 
 
 def _check_distribution():

@@ -23,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs, runs
-from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer import build_model
 from keras_transformer.runs import (
     CheckpointReadError,
     UnreadableCheckpointError,
@@ -417,7 +417,7 @@ def write_averaged_checkpoint(model_dir, last=None, output_dir=None):
     """
     config, _ = runs.read_run_config(model_dir)
     paths = checkpoint_paths(runs.checkpoint_dir(model_dir), last or config.average_checkpoints)
-    model = average_checkpoints(Transformer(config), paths)
+    model = average_checkpoints(build_model(config), paths)
     step = runs.checkpoint_step(paths[-1])
     output_dir = output_dir or runs.averaged_dir(model_dir)
     prefix = fs.join(output_dir, f"{runs.CHECKPOINT_PREFIX}-{step}")

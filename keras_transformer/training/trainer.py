@@ -27,7 +27,7 @@ from absl import logging
 from keras_transformer import fs, runs
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.models.config import TransformerConfig
-from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer import build_model
 from keras_transformer.training.checkpoints import (
     check_workers_restored_alike,
     checkpoint_manager,
@@ -116,9 +116,9 @@ class Trainer:
             else runs.worker_dir(self.model_dir, _task_id(self.strategy))
         )
         with self.strategy.scope():
-            self.model = Transformer(config, dtype=options.precision)
-            if config.word_positions:
-                self.model.set_word_kinds(_word_kinds(self.model_dir))
+            self.model = build_model(config, dtype=options.precision)
+            if self.model.reads_tokenizer:  # e.g. the parsing model's word-kind table
+                self.model.read_tokenizer(_run_tokenizer(self.model_dir, self.model))
             if optimizer is None:
                 self.optimizer = paper_optimizer(
                     config.hidden_dim,
@@ -607,17 +607,16 @@ def write_run_config(model_dir, config: TransformerConfig, options: TrainOptions
     )
 
 
-def _word_kinds(model_dir):
-    """A `word_positions` model's table, from the tokenizer of the run (`runs.tokenizer_path`)."""
+def _run_tokenizer(model_dir, model):
+    """The tokenizer of the run (`runs.tokenizer_path`), for a model that reads it."""
     from keras_transformer.data.tokenizer import Tokenizer
-    from keras_transformer.decoding.tree_constraint import word_kinds
 
     path = runs.tokenizer_path(model_dir)
     if not fs.exists(path):
         raise FileNotFoundError(
-            f"word_positions=True needs the run's tokenizer at {path}, with the tree symbols"
+            f"A {type(model).__name__} reads the run's tokenizer, and there is none at {path}"
         )
-    return word_kinds(Tokenizer(path))
+    return Tokenizer(path)
 
 
 def _seed_states(model):

@@ -100,6 +100,7 @@ def attention_maps(
     import tensorflow as tf
 
     from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from keras_transformer.decoding.steps import model_source_inputs
     from keras_transformer.decoding.text import encode_source
 
     max_source_length = max_source_length or model.config.max_length
@@ -124,11 +125,7 @@ def attention_maps(
 
     encoder_scores = model.encoder_attention_scores(source_ids)
     encoder_outputs, source_mask = model.encode(source_ids)
-    extra = {}
-    if getattr(
-        model, "uses_word_window", False
-    ):  # config.word_window: the source's word of each piece
-        extra["source_word_positions"] = model.source_word_positions(source_ids)
+    extra = model_source_inputs(model, source_ids)  # e.g. the parsing model's word positions
     _, decoder_scores = model.decode(
         decoder_inputs, encoder_outputs, source_mask, return_attention_scores=True, **extra
     )

@@ -70,6 +70,15 @@ class TaskScorer:
         self.tokenize = tokenize
         self._decoder = None
 
+    @classmethod
+    def from_config(cls, config, tokenizer, pairs, search=None, **kwargs):
+        """A scorer searching with `search` (a dict: "method", greedy by default, and
+        `SearchOptions` overrides) over the search settings of the run's `config`
+        (`SearchOptions.from_config`); `kwargs` as for the constructor."""
+        search = dict(search or {"method": "greedy"})
+        options = SearchOptions.from_config(config, search.pop("method", "greedy"), **search)
+        return cls(tokenizer, pairs, search=options, **kwargs)
+
     @property
     def metric(self):
         return METRICS[self.parsing]

@@ -628,16 +628,15 @@ def _scorer(config, options, data, tokenizer, val_pairs):
     chrF (`default_tokenize(dataset)`) or, for `--dataset=ptb`, EVALB's figures."""
     if not options.score_every:
         return None
-    from keras_transformer.decoding.options import SearchOptions
     from keras_transformer.evaluation.evaluate import default_tokenize
     from keras_transformer.evaluation.scoring import TaskScorer
 
-    search = dict(options.score_search or {"method": "greedy"})
-    return TaskScorer(
+    return TaskScorer.from_config(
+        config,
         tokenizer,
         val_pairs[: options.score_sentences],
+        search=options.score_search,
         parsing=data.dataset == "ptb",
-        search=SearchOptions.from_config(config, search.pop("method", "greedy"), **search),
         tokenize=default_tokenize(data.dataset),
     )
 

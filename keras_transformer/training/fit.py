@@ -34,6 +34,12 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.training.loss import global_token_count, labels_and_logits
+from keras_transformer.training.update import (
+    finite_everywhere,
+    nonfinite,
+    skip_update,
+    sum_over_replicas,
+)
 
 
 def train_step(model, data):
@@ -67,13 +73,10 @@ def apply_if_finite(optimizer, grads, variables):
     cross-replica context (`merge_call`), as `LossScaleOptimizer` takes its own, since a
     branch that applies gradients cannot sit in a replica context's `cond`. With
     `gradient_accumulation_steps=k` the gradients are accumulated and every k-th finite batch
-    makes the update (the module docstring).
+    makes the update (the module docstring). The decision's rules are `training.update`'s,
+    the custom loop's.
     """
-    finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads if g is not None]))
-    bad = 1.0 - ops.cast(finite, "float32")
-    context = tf.distribute.get_replica_context()
-    if context.num_replicas_in_sync > 1:
-        bad = context.all_reduce("sum", bad)
+    bad = sum_over_replicas(nonfinite(grads))
     if (
         not optimizer.built
     ):  # as `optimizer.apply` does: Keras builds it at the first step on one device
@@ -112,17 +115,16 @@ def apply_if_finite(optimizer, grads, variables):
                 accumulator.assign(ops.zeros_like(accumulator))
 
         def skip():
+            skip_update(optimizer)
             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                optimizer.step_counter.assign(0)
-                optimizer.dynamic_scale.assign(optimizer.dynamic_scale * 0.5)
                 for accumulator in accumulators:  # accumulated at the old scale
                     distribution.extended.update(accumulator.value, _halve, group=False)
 
         if steps:
             apply = lambda: ops.cond((inner._iterations + 1) % steps == 0, update, accumulate)  # noqa: E731
-        ops.cond(bad == 0.0, apply, skip)
+        ops.cond(finite_everywhere(bad), apply, skip)
 
-    context.merge_call(decide, args=(grads, bad))
+    tf.distribute.get_replica_context().merge_call(decide, args=(grads, bad))
 
 
 def _add(accumulator, grad):

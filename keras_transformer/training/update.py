@@ -16,6 +16,14 @@ One call of `UpdateStep` runs up to `n` updates inside one `tf.function` (Keras'
 The loop of one call ends early on a SIGTERM flag from any worker, or on a non-finite
 update the options say to stop on (`on_nonfinite="stop"`, or `max_consecutive_skips`
 skips in a row): the host raises after the call with the step and the scale.
+
+The decision's rules are this module's functions, which `model.fit`'s step
+(`training.fit.apply_if_finite`) takes too: a replica's flag (`nonfinite`), the one sum over
+the replicas (`sum_over_replicas`), the decision from it (`finite_everywhere`) and what a
+skipped update does (`skip_update`). What differs is what one decision covers: here an
+update of `accum_steps` batches, all applied or all skipped together (and the accumulators
+emptied either way); in `fit`, as in Keras' own accumulation, one batch, a non-finite one
+dropped and not counted among the k batches of an update.
 """
 
 import keras
@@ -25,6 +33,44 @@ from keras_transformer.training.loss import label_smoothed_nll, labels_and_logit
 
 # The packed per-update scalars, in this order.
 LOSS, TOKENS, BAD_GRADIENT, BAD_LOSS, STOP = range(5)
+
+
+def nonfinite(tensors):
+    """One replica's flag: 1.0 if any of `tensors` holds a NaN or an Inf, else 0.0 (float32).
+
+    Entries that are None (a variable without a gradient) are left out.
+    """
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t is not None])
+    return 1.0 - tf.cast(finite, tf.float32)
+
+
+def sum_over_replicas(local):
+    """`local` summed over every replica and worker, the same on all of them (replica context).
+
+    The one collective of an update's decision: each replica's flags go in, and every replica
+    gets the same totals, so every replica decides alike.
+    """
+    context = tf.distribute.get_replica_context()
+    if context.num_replicas_in_sync == 1:
+        return local
+    return context.all_reduce("sum", local)
+
+
+def finite_everywhere(flags):
+    """The decision: whether no replica flagged a NaN or an Inf (`flags`: summed `nonfinite` flags)."""
+    return tf.reduce_all(tf.equal(flags, 0.0))
+
+
+def skip_update(optimizer):
+    """What a skipped update does instead, once for all replicas (cross-replica context).
+
+    Nothing is applied and the optimizer's iterations stay; under loss scaling, what
+    `LossScaleOptimizer` does with non-finite gradients, decided once for all replicas: its
+    step counter starts again and the scale is halved.
+    """
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer.step_counter.assign(0)
+        optimizer.dynamic_scale.assign(optimizer.dynamic_scale * 0.5)
 
 
 class UpdateStep:
@@ -98,15 +144,7 @@ class UpdateStep:
 
     def _local_values(self, grads, loss_sum, tokens):
         """`[loss sum, tokens, bad gradient, bad loss]` of this replica."""
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        return tf.stack(
-            [
-                loss_sum,
-                tokens,
-                1.0 - tf.cast(finite, tf.float32),
-                1.0 - tf.cast(tf.math.is_finite(loss_sum), tf.float32),
-            ]
-        )
+        return tf.stack([loss_sum, tokens, nonfinite(grads), nonfinite([loss_sum])])
 
     def _replica_gradients(self, batch, stop_flag):
         inputs, labels = batch
@@ -130,8 +168,7 @@ class UpdateStep:
     @staticmethod
     def _all_reduce(local, stop_flag):
         """The one collective of an update: every replica's scalars summed, the same on all of them."""
-        packed = tf.concat([local, tf.reshape(stop_flag, [1])], axis=0)
-        return tf.distribute.get_replica_context().all_reduce("sum", packed)
+        return sum_over_replicas(tf.concat([local, tf.reshape(stop_flag, [1])], axis=0))
 
     def _replica_apply(self, grads, tokens):
         # Sum over the replicas' gradients (done by the optimizer) / all real tokens.
@@ -156,17 +193,14 @@ class UpdateStep:
             grads, totals = strategy.run(self._replica_accumulated, args=(stop_flag,))
         totals = strategy.experimental_local_results(totals)[0]  # equal on every replica
         self.batches_drawn.assign_add(self.options.accum_steps * strategy.num_replicas_in_sync)
-        applied = tf.logical_and(totals[BAD_GRADIENT] == 0.0, totals[BAD_LOSS] == 0.0)
+        applied = finite_everywhere(totals[BAD_GRADIENT:STOP])
         if applied:
             strategy.run(self._replica_apply, args=(grads, totals[TOKENS]))
             self.consecutive_skips.assign(0)
         else:
             self.skipped_steps.assign_add(1)
             self.consecutive_skips.assign_add(1)
-            if self.loss_scaled:
-                # What LossScaleOptimizer does with non-finite gradients, decided once for all replicas.
-                self.optimizer.step_counter.assign(0)
-                self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+            skip_update(self.optimizer)
         if self._accumulators is not None:
             strategy.run(self._replica_reset)
         return totals, applied

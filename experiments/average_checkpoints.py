@@ -12,15 +12,13 @@ at the same time is refused in one line.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.training.checkpoints import write_averaged_checkpoint  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.training.checkpoints import write_averaged_checkpoint
 
 flags.DEFINE_string(
     "model_dir", None, "Run directory written by experiments/train.py.", required=True

@@ -65,32 +65,33 @@ The rows, by the key that starts each printed name:
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 import tempfile
 from pathlib import Path
 
 from absl import app, flags
 
-from keras_transformer import import_tensorflow_quietly
+import keras_transformer  # noqa: F401  first: it imports TensorFlow quietly, as asked above
 
-import_tensorflow_quietly()  # before the imports below import TensorFlow
+# isort: split
+import keras
+import tensorflow as tf
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from keras_transformer import cli, cpu_allocator  # noqa: E402
-from keras_transformer.benchmark.attention_scaling import (  # noqa: E402
+from keras_transformer import cli, cpu_allocator
+from keras_transformer.benchmark.attention_scaling import (
     attention_scaling,
     format_scaling_table,
     plot_scaling,
 )
-from keras_transformer.benchmark.peaks import cpu_flags  # noqa: E402
-from keras_transformer.benchmark.peers import keras_hub_transformer  # noqa: E402
-from keras_transformer.benchmark.profile import profile_run, training_profile  # noqa: E402
-from keras_transformer.benchmark.report import format_table, plot_ratios  # noqa: E402
-from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows  # noqa: E402
-from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece  # noqa: E402
-from keras_transformer.models.transformer import Transformer  # noqa: E402
+from keras_transformer.benchmark.peaks import cpu_flags
+from keras_transformer.benchmark.peers import keras_hub_transformer
+from keras_transformer.benchmark.profile import profile_run, training_profile
+from keras_transformer.benchmark.report import format_table, plot_ratios
+from keras_transformer.benchmark.rows import ctranslate2_rows, decoding_rows, training_rows
+from keras_transformer.data import Tokenizer, load_multi30k, make_dataset, train_sentencepiece
+from keras_transformer.models.transformer import Transformer
 
 cli.define_config_flags("small")
 cli.define_multi30k_flags()

@@ -15,22 +15,20 @@ peak, and their ratio.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-from absl import flags  # noqa: E402
+from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.benchmark.accelerator import prepare  # noqa: E402
-from keras_transformer.benchmark.peaks import cpu_flags  # noqa: E402
-from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.benchmark.accelerator import prepare
+from keras_transformer.benchmark.peaks import cpu_flags
+from keras_transformer.data import Tokenizer, load_multi30k, train_sentencepiece
 
 cli.define_config_flags("base")
 flags.DEFINE_string("work_dir", None, "Where the batches, settings and results go.", required=True)

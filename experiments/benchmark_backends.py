@@ -13,22 +13,20 @@ backend's fastest round against TensorFlow's and against keras-hub's on the same
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
-from absl import flags  # noqa: E402
+from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.benchmark.backends import (  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.benchmark.backends import (
     BACKENDS,
     format_summary,
     prepare,
     run_rounds,
     summarize,
-)  # noqa: E402
-from keras_transformer.benchmark.peaks import hardware_peak  # noqa: E402
+)
+from keras_transformer.benchmark.peaks import hardware_peak
 
 flags.DEFINE_string(
     "model_dir",

@@ -11,18 +11,16 @@ tokens/s per configuration, and the cached/recompute speedup of each search.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli, cpu_allocator  # noqa: E402
-from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table  # noqa: E402
-from keras_transformer.benchmark.peaks import cpu_flags  # noqa: E402
-from keras_transformer.data.sources import load_pairs  # noqa: E402
-from keras_transformer.runs import load_run  # noqa: E402
+from keras_transformer import cli, cpu_allocator
+from keras_transformer.benchmark.decoding import benchmark_decoding, format_speed_table
+from keras_transformer.benchmark.peaks import cpu_flags
+from keras_transformer.data.sources import load_pairs
+from keras_transformer.runs import load_run
 
 flags.DEFINE_string(
     "model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True

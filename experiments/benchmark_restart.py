@@ -11,22 +11,20 @@ peak) and the fastest and every time per step, and the ratio late/early.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-from absl import flags  # noqa: E402
+from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.benchmark.peaks import hardware_peak  # noqa: E402
-from keras_transformer.benchmark.restart import (  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.benchmark.peaks import hardware_peak
+from keras_transformer.benchmark.restart import (
     restart_times,
     time_to_first_update,
     write_synthetic_corpus,
-)  # noqa: E402
+)
 
 flags.DEFINE_string("work_dir", None, "Where the corpus and runs go.", required=True)
 flags.DEFINE_integer("pairs", 1_000_000, "Synthetic training sentence pairs.")

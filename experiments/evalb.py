@@ -15,18 +15,16 @@ docs/results-log.md, "Constituency parsing on the Penn Treebank sample").
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 import sys
 
 from absl import app, flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.data.trees import read_trees, right_branching  # noqa: E402
-from keras_transformer.evaluation.evalb import EvalbParams, evalb, format_report, read_lines  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.data.trees import read_trees, right_branching
+from keras_transformer.evaluation.evalb import EvalbParams, evalb, format_report, read_lines
 
 flags.DEFINE_string("prm", None, "An EVALB parameter file (default: COLLINS.prm's settings).")
 flags.DEFINE_bool("sentences", False, "Print the per-sentence table before the summary.")

@@ -22,17 +22,15 @@ A parsing run (--dataset=ptb, see docs/parsing.md) is scored with EVALB's figure
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 from absl import app, flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli  # noqa: E402
-from keras_transformer.data.sources import load_pairs  # noqa: E402
-from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model  # noqa: E402
-from keras_transformer.runs import read_run_config  # noqa: E402
+from keras_transformer import cli
+from keras_transformer.data.sources import load_pairs
+from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
+from keras_transformer.runs import read_run_config
 
 flags.DEFINE_string("model_dir", None, "Run directory to evaluate.")
 flags.DEFINE_string(

@@ -19,19 +19,20 @@ offset unless given, no length penalty). Its decoding settings are chosen when t
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 import sys
 
 from absl import app, flags
 
-from keras_transformer import import_tensorflow_quietly
+import keras_transformer  # noqa: F401  first: it imports TensorFlow quietly, as asked above
 
-import_tensorflow_quietly()  # before the imports below import TensorFlow
+# isort: split
+import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-from keras_transformer import cli, fs  # noqa: E402
-from keras_transformer.export import (  # noqa: E402
+from keras_transformer import cli, fs
+from keras_transformer.export import (
     DEFAULT_WARMUP_SENTENCES,
     TranslationModule,
     export_saved_model,
@@ -39,8 +40,8 @@ from keras_transformer.export import (  # noqa: E402
     serving_commands,
     validation_sample,
 )
-from keras_transformer.export.parser import ParsingModule, is_parsing_run  # noqa: E402
-from keras_transformer.runs import TOKENIZER_FILE, read_run_config  # noqa: E402
+from keras_transformer.export.parser import ParsingModule, is_parsing_run
+from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
 FORMATS = ("saved_model", "ctranslate2")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}

@@ -23,17 +23,15 @@ averaged, the runs searching as one (the scores go to the first run's logs):
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 from absl import flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli, runs  # noqa: E402
-from keras_transformer.data.sources import load_pairs  # noqa: E402
-from keras_transformer.evaluation import default_tokenize, score_checkpoints  # noqa: E402
-from keras_transformer.visualization import (  # noqa: E402
+from keras_transformer import cli, runs
+from keras_transformer.data.sources import load_pairs
+from keras_transformer.evaluation import default_tokenize, score_checkpoints
+from keras_transformer.visualization import (
     plot_training_curves,
     read_run_scalars,
     run_pauses,

@@ -18,15 +18,13 @@ run directory is in use by another live process: run the same command again; 1 a
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 from absl import app, flags, logging
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli, cpu_allocator  # noqa: E402
-from keras_transformer.training import (  # noqa: E402
+from keras_transformer import cli, cpu_allocator
+from keras_transformer.training import (
     ON_NONFINITE,
     PRECISIONS,
     STRATEGIES,
@@ -35,9 +33,9 @@ from keras_transformer.training import (  # noqa: E402
     create_strategy,
     train_translation,
 )
-from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunDirectoryBusyError  # noqa: E402
-from keras_transformer.training.progress import TerminationSignal  # noqa: E402
-from keras_transformer.training.run import DEFAULT_TOKENIZER_WAIT  # noqa: E402
+from keras_transformer.training.lease import DEFAULT_LEASE_TIMEOUT, RunDirectoryBusyError
+from keras_transformer.training.progress import TerminationSignal
+from keras_transformer.training.run import DEFAULT_TOKENIZER_WAIT
 
 cli.define_config_flags("tiny")
 cli.define_corpus_flags()

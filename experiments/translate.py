@@ -23,19 +23,17 @@ heads per layer and kind).
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines only when asked for
+# The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
+os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
 import dataclasses
 import sys
 
 from absl import app, flags
 
-from keras_transformer import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # before the imports below import TensorFlow
-
-from keras_transformer import cli, fs  # noqa: E402
-from keras_transformer.decoding import Translator, decode_lines, translate_lines  # noqa: E402
-from keras_transformer.runs import load_ensemble, read_run_config  # noqa: E402
+from keras_transformer import cli, fs
+from keras_transformer.decoding import Translator, decode_lines, translate_lines
+from keras_transformer.runs import load_ensemble, read_run_config
 
 flags.DEFINE_string(
     "model_dir", None, "Run directory (config.json, spm.model, checkpoints/).", required=True

@@ -1,49 +1,26 @@
 """keras_transformer: Transformer layers and models after "Attention Is All You Need".
 
-Importing the package changes nothing in the process (file descriptors, `os.environ`):
-the layers and the model, and with them Keras and TensorFlow, are imported when one of
-their names is first used (`keras_transformer.MultiHeadAttention`,
-`from keras_transformer import Transformer`) or a submodule is imported. A `.keras` file
-of these layers therefore loads once one of them has been imported, e.g. after
-`from keras_transformer import layers`.
+Importing the package imports its layers and model (so that a `.keras` file of them loads
+after `import keras_transformer`) and changes nothing else in the process: no file
+descriptor and no `os.environ` variable. A script that wants TensorFlow's start-up lines
+hidden asks for it before the import, by setting `KERAS_TRANSFORMER_QUIET_IMPORT=1`
+(`QUIET_IMPORT`), as the scripts in `experiments/` do.
 """
 
 import os
 import sys
 
-from keras_transformer.lazy import lazy_attributes
-
 __version__ = "0.1.0"
 
-_LAYERS = (
-    "DecoderBlock",
-    "EncoderBlock",
-    "LayerNormalization",
-    "MultiHeadAttention",
-    "PositionalEncoding",
-    "PositionEmbedding",
-    "PositionwiseFeedForward",
-    "SharedEmbedding",
-    "causal_mask",
-    "padding_mask",
-    "scaled_dot_product_attention",
-)
-_MODELS = ("PRESETS", "Transformer", "TransformerConfig", "get_preset")
-
-__getattr__ = lazy_attributes(
-    __name__,
-    {
-        **dict.fromkeys(_LAYERS, "keras_transformer.layers"),
-        **dict.fromkeys(_MODELS, "keras_transformer.models"),
-    },
-)
+# The environment variable a script sets to "1" to have the package import TensorFlow with
+# its start-up lines hidden (`import_tensorflow_quietly`).
+QUIET_IMPORT = "KERAS_TRANSFORMER_QUIET_IMPORT"
 
 
 def import_tensorflow_quietly():
     """Import TensorFlow (and TensorFlow Text) with native stderr closed, when asked to be silent.
 
-    The scripts in `experiments/` call this first, before importing anything that imports
-    TensorFlow. TensorFlow's native libraries write start-up lines (CUDA probing on a
+    Called by the package's import when `QUIET_IMPORT` is set to "1". TensorFlow's native libraries write start-up lines (CUDA probing on a
     machine without GPUs) before `TF_CPP_MIN_LOG_LEVEL` takes effect. When that variable
     asks for silence ("3", as the scripts set it by default), those lines are hidden too;
     otherwise, when TensorFlow is already imported, or when `KERAS_BACKEND` names another
@@ -65,8 +42,33 @@ def import_tensorflow_quietly():
         os.close(saved)
 
 
+if os.environ.get(QUIET_IMPORT) == "1":
+    import_tensorflow_quietly()
+
+from keras_transformer import layers  # noqa: E402
+from keras_transformer.layers import (  # noqa: E402
+    DecoderBlock,
+    EncoderBlock,
+    LayerNormalization,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionEmbedding,
+    PositionwiseFeedForward,
+    SharedEmbedding,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+from keras_transformer.models import (  # noqa: E402
+    PRESETS,
+    Transformer,
+    TransformerConfig,
+    get_preset,
+)
+
 __all__ = [
     "PRESETS",
+    "QUIET_IMPORT",
     "DecoderBlock",
     "EncoderBlock",
     "LayerNormalization",

@@ -1,7 +1,8 @@
 """Importing the package changes no process-wide state: stderr, file descriptor 2, os.environ.
 
-Silencing TensorFlow's start-up lines is something a script asks for
-(`keras_transformer.import_tensorflow_quietly`), never a side effect of an import.
+Silencing TensorFlow's start-up lines is something a script asks for (by setting
+`keras_transformer.QUIET_IMPORT` before the import), never a side effect of an import; the
+layers are registered by the import, so a user's `.keras` file of them loads after it.
 """
 
 import json
@@ -77,3 +78,31 @@ def test_importing_every_module_leaves_stderr_and_the_environment_alone():
     assert record["after"]["stderr"] == record["before"]["stderr"]
     # TensorFlow and other libraries set variables of their own when imported; the package none.
     assert record["changes"] == [], f"os.environ changed by the package: {record['changes']}"
+
+
+def test_a_keras_file_of_the_layers_loads_after_importing_the_package(tmp_path):
+    # A user's `.keras` file names the layers by their registered names: `import
+    # keras_transformer` alone must register them, in a process that never used one.
+    import keras
+
+    from keras_transformer import MultiHeadAttention, PositionalEncoding
+
+    inputs = keras.Input((4, 8))
+    hidden = PositionalEncoding()(inputs)
+    outputs = MultiHeadAttention(num_heads=2, key_dim=4)(hidden, hidden)
+    path = tmp_path / "user_model.keras"
+    keras.Model(inputs, outputs).save(path)
+    load = (
+        "import sys, keras, keras_transformer\n"
+        "model = keras.saving.load_model(sys.argv[1])\n"
+        "print(sorted(type(layer).__name__ for layer in model.layers))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", load, str(path)],
+        capture_output=True,
+        env=script_environment(TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert "'MultiHeadAttention'" in result.stdout.decode()
+    assert "'PositionalEncoding'" in result.stdout.decode()

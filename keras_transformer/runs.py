@@ -493,7 +493,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
         model_dir: a directory written by `train_translation` / `experiments/train.py`.
         checkpoint: a checkpoint prefix to load (default: the latest in `checkpoints/`), or
             "best": the run's best-scoring checkpoint (`resolve_checkpoint`).
-        average_last: instead, average the last this many checkpoints.
+        average_last: instead, average the last this many checkpoints (not with `checkpoint`).
         dtype: dtype policy of the rebuilt model (default float32).
         quantization: None, or "int8": the weights, once read, quantized with
             `model.quantize("int8")` (`Transformer.quantize`).
@@ -505,6 +505,10 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
         FileNotFoundError / ValueError naming the directory when it is not a run or has no
         checkpoint.
     """
+    if checkpoint and average_last:
+        raise ValueError(
+            f"Pass a checkpoint ({checkpoint}) or average_last ({average_last}), not both"
+        )
     config, _ = read_run_config(model_dir)
     path = _existing_tokenizer_path(model_dir)
     model = build_model(config, dtype=dtype)

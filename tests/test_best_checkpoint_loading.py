@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 from keras_transformer import runs
 
@@ -29,3 +30,10 @@ def test_load_run_and_load_ensemble_read_best_not_the_latest(trained_run, tmp_pa
         assert len(weights) == len(expected)
         for got, want in zip(weights, expected):
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_checkpoint_and_averaging_together_are_refused_before_reading(tmp_path):
+    # translate.py, parse.py and evaluate.py pass both flags on: `--checkpoint=best
+    # --average_last=5` must not average the last five in silence.
+    with pytest.raises(ValueError, match=r"checkpoint \(best\) or average_last \(5\), not both"):
+        runs.load_run(tmp_path / "no_run_read", checkpoint="best", average_last=5)

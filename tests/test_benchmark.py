@@ -560,7 +560,7 @@ def test_scaling_table_reports_growth_per_doubling():
 
 
 def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
-    """Row e's code on 6 sentences (no timing claims): at alpha 0 the SavedModel, our
+    """The CTranslate2 rows' code on 6 sentences (no timing claims): at alpha 0 the SavedModel, our
     in-process search and CTranslate2 float32 translate identically, so their BLEU is equal;
     with a vocabulary map that holds every token, so do the shortlisted engines."""
     pytest.importorskip("ctranslate2")
@@ -583,21 +583,23 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
         log=lines.append,
     )
     assert [row.name for row in rows] == [
-        "e. SavedModel vs CTranslate2 float32, sentences/s",
-        "e. in-process vs CTranslate2 float32, sentences/s",
-        "e. CT2 int8 vs CTranslate2 float32, sentences/s",
-        "e. SavedModel vs CTranslate2 int8, sentences/s",
-        "e. shortlist: SavedModel vs CT2 float32 + vmap, sentences/s",
-        "e. shortlist: SavedModel vs CT2 int8 + vmap, sentences/s",
+        "ctranslate2_float32: SavedModel vs CTranslate2 float32, sentences/s",
+        "ctranslate2_in_process: in-process search vs CTranslate2 float32",
+        "ctranslate2_int8_gain: CTranslate2 int8 vs float32, sentences/s",
+        "ctranslate2_int8: SavedModel vs CTranslate2 int8, sentences/s",
+        "ctranslate2_float32_vmap: shortlisted SavedModel vs CT2 + vmap",
+        "ctranslate2_int8_vmap: shortlisted SavedModel vs CT2 + vmap",
     ]
     for row in rows:
         assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
-    assert lines[0] == "e. batch-size sweep on 4 sentences (sentences/s):" and lines[1].split() == [
+    assert lines[0] == "ctranslate2: batch-size sweep on 4 sentences (sentences/s):" and lines[
+        1
+    ].split() == [
         "engine",
         "2",
         "4",
     ]
-    assert len(lines) == 18 and lines[9].startswith("e. 6 sentences, beam 4, alpha 0.0")
+    assert len(lines) == 18 and lines[9].startswith("ctranslate2: 6 sentences, beam 4, alpha 0.0")
     assert all(
         line.split()[-4] in ("2", "4") for line in lines[11:]
     )  # each engine's fastest batch size

@@ -188,6 +188,7 @@ def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "checkpoints",
         "config.json",
+        "flags.txt",
         "logs",
         "spm.model",
         "starts.jsonl",

@@ -307,6 +307,7 @@ def test_heads_must_divide_d_model():
         ("intermediate_dim", 0),
         ("num_heads", 0),
         ("key_dim", 0),
+        ("target_vocabulary_size", 0),
         ("max_length", 0),
         ("warmup_steps", 0),
         ("beam_size", 0),
@@ -339,6 +340,16 @@ def test_other_bad_values_raise():
         TransformerConfig(max_output_offset=-5)
     with pytest.raises(ValueError, match="tokenizer_type='wordpiece'"):
         TransformerConfig(tokenizer_type="wordpiece")
+    with pytest.raises(ValueError, match="sinusoid_layout='halves'"):
+        TransformerConfig(sinusoid_layout="halves")
+    with pytest.raises(ValueError, match="activation='swishy'"):
+        TransformerConfig(activation="swishy")
+    with pytest.raises(ValueError, match="final_logits_bias='yes'"):
+        TransformerConfig(final_logits_bias="yes")
+    with pytest.raises(
+        ValueError, match="needs share_embeddings=False.*target_vocabulary_size=90.*=100"
+    ):
+        TransformerConfig(vocabulary_size=100, target_vocabulary_size=90)
     with pytest.raises(
         ValueError, match="word_positions needs sinusoidal positions .* positional='learned'"
     ):
@@ -351,6 +362,20 @@ def test_other_bad_values_raise():
         ParsingConfig(word_window=1)
     with pytest.raises(ValueError, match="word_window=-1"):
         ParsingConfig(word_positions=True, word_window=-1)
+
+
+def test_marian_options_default_to_the_paper():
+    """The options an OPUS-MT (Marian) model needs: at their defaults, the paper's model, so a
+    run's config.json written before them reads as before; each is an architecture field."""
+    config = TransformerConfig()
+    assert (config.sinusoid_layout, config.activation) == ("interleaved", "relu")
+    assert not config.final_logits_bias and config.target_vocabulary_size is None
+    assert config.decoder_vocabulary_size == config.vocabulary_size
+    separate = config.replace(share_embeddings=False, target_vocabulary_size=900)
+    assert (separate.vocabulary_size, separate.decoder_vocabulary_size) == (37000, 900)
+    for name in ("sinusoid_layout", "final_logits_bias", "target_vocabulary_size"):
+        assert name in config.architecture()
+    assert config.replace(activation="silu").activation == "silu"
 
 
 def test_unknown_preset_lists_the_valid_ones():

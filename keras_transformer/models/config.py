@@ -15,6 +15,8 @@ from keras_transformer.layers.checks import (
 )
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+# How the sinusoids' features are laid out (see `layers.positional.PositionalEncoding`).
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
 TOKENIZER_TYPES = ("unigram", "bpe")  # SentencePiece model types a run's tokenizer is trained with
 
@@ -33,6 +35,19 @@ def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_r
         )
 
 
+def check_activation(activation):
+    """Raises ValueError naming `activation` unless Keras knows it (`keras.activations.get`)."""
+    import keras  # here: the config module itself loads no backend
+
+    try:
+        keras.activations.get(activation)
+    except (ValueError, TypeError):
+        raise ValueError(
+            "activation must be a Keras activation name (relu, gelu, silu, ...). "
+            f"Received: activation={activation!r}"
+        ) from None
+
+
 # Fields a checkpoint depends on; the others (dropout, schedule, decoding) may change on resume.
 ARCHITECTURE_FIELDS = (
     "vocabulary_size",
@@ -47,9 +62,12 @@ ARCHITECTURE_FIELDS = (
     "layer_norm_epsilon",
     "normalize_first",
     "positional",
+    "sinusoid_layout",
     "max_length",
     "share_embeddings",
     "tie_output",
+    "final_logits_bias",
+    "target_vocabulary_size",
 )
 
 
@@ -59,6 +77,10 @@ class TransformerConfig:
 
     Model:
         vocabulary_size: shared source/target vocabulary (37,000 BPE tokens in the paper).
+        target_vocabulary_size: the decoder's own vocabulary (its embedding rows and its
+            logits), for a model whose target side has another vocabulary than its source
+            (some OPUS-MT checkpoints); needs `share_embeddings=False`. `None` (the paper):
+            the shared `vocabulary_size`. `decoder_vocabulary_size` is the one in use.
         tokenizer_type: the SentencePiece model a new run trains for that vocabulary:
             "unigram" (the default) or "bpe" (the paper's byte-pair encoding). Not part of
             the architecture: a resumed run keeps the tokenizer it has.
@@ -73,13 +95,19 @@ class TransformerConfig:
             decoder self-attention see only the positions at distance < r (the decoder:
             itself and the r - 1 before it), in O(n * r) instead of O(n^2); `None` (the
             paper's models): full attention.
-        activation: FFN activation.
+        activation: FFN activation, a Keras activation name: "relu" (paper), "gelu",
+            "silu" (Marian's "swish"), ...
         layer_norm_epsilon: LayerNorm epsilon.
         normalize_first: pre-LN (False = the paper's post-LN).
         positional: "sinusoidal" (paper) or "learned" (Table 3 row E).
+        sinusoid_layout: the sinusoids' features, "interleaved" (the paper's formula: sin at
+            even features, cos at odd ones) or "concatenated" (Marian's: the D / 2 sines,
+            then the D / 2 cosines of the same frequencies).
         max_length: longest source/target sequence in tokens (learned positions, buffers).
         share_embeddings: one embedding matrix for source and target tokens.
         tie_output: reuse the target embedding matrix as the pre-softmax projection.
+        final_logits_bias: a learned bias, one per output token, added to the logits after
+            the output projection (Marian's `final_logits_bias`; the paper: none).
         skip_padding: on TensorFlow, the model's forward pass (`model(inputs)`: training
             and teacher-forced scoring) computes every position-wise step -- projections,
             feed-forward, layer norm, dropout, residuals -- on the real tokens only
@@ -115,9 +143,12 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     normalize_first: bool = False
     positional: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
     max_length: int = 256
     share_embeddings: bool = True
     tie_output: bool = True
+    final_logits_bias: bool = False
+    target_vocabulary_size: int | None = None
     skip_padding: bool = True
     label_smoothing: float = 0.1
     warmup_steps: int = 4000
@@ -147,7 +178,7 @@ class TransformerConfig:
             "average_checkpoints",
         ):
             check_positive_int(name, getattr(self, name))
-        for name in ("key_dim", "value_dim", "attention_window"):
+        for name in ("key_dim", "value_dim", "attention_window", "target_vocabulary_size"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         if self.key_dim is None and self.hidden_dim % self.num_heads:
@@ -165,6 +196,21 @@ class TransformerConfig:
             raise ValueError(
                 f"positional must be one of {POSITIONAL_KINDS}. Received: positional={self.positional!r}"
             )
+        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
+            raise ValueError(
+                f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}. Received: sinusoid_layout={self.sinusoid_layout!r}"
+            )
+        check_activation(self.activation)
+        if not isinstance(self.final_logits_bias, bool):
+            raise ValueError(
+                f"final_logits_bias must be True or False. Received: final_logits_bias={self.final_logits_bias!r}"
+            )
+        if self.share_embeddings and self.decoder_vocabulary_size != self.vocabulary_size:
+            raise ValueError(
+                "A target vocabulary of its own needs share_embeddings=False. Received: "
+                f"target_vocabulary_size={self.target_vocabulary_size}, "
+                f"vocabulary_size={self.vocabulary_size}, share_embeddings=True"
+            )
         if not self.layer_norm_epsilon > 0:
             raise ValueError(
                 f"layer_norm_epsilon must be positive. Received: layer_norm_epsilon={self.layer_norm_epsilon!r}"
@@ -176,6 +222,12 @@ class TransformerConfig:
             )
         check_non_negative_number("length_penalty", self.length_penalty)
         check_non_negative_int("max_output_offset", self.max_output_offset)
+
+    @property
+    def decoder_vocabulary_size(self):
+        """The target side's vocabulary (decoder embedding rows, logits): `target_vocabulary_size`
+        or the shared `vocabulary_size`."""
+        return self.target_vocabulary_size or self.vocabulary_size
 
     @property
     def head_key_dim(self):

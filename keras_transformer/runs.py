@@ -6,6 +6,9 @@ Layout (written by `training.train_translation` / `experiments/train.py`)::
     <run>/starts.jsonl       one JSON line per start (first and every resume): time, step, settings
     <run>/flags.txt          the training command's flags, an absl flag file (`train.py --flagfile=`)
     <run>/spm.model          the joint SentencePiece model
+    <run>/source.spm, target.spm, vocab.json (+ target_vocab.json)
+                             instead of spm.model: a Marian tokenizer pair (an imported OPUS-MT
+                             model; `data.marian`); `run_tokenizer` reads whichever the run has
     <run>/checkpoints/       ckpt-<step>.{index,data-*} and the manager's `checkpoint` state
     <run>/logs/<name>/       TensorBoard event files (train, validation, checkpoints)
     <run>/averaged/          ckpt-<step> written by checkpoint averaging
@@ -33,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs
+from keras_transformer.data import marian
 from keras_transformer.data.tokenizer import Tokenizer
 from keras_transformer.models.config import model_config
 from keras_transformer.models.transformer import build_model
@@ -173,6 +177,35 @@ def worker_dir(model_dir, task_id):
 
 def tokenizer_path(model_dir):
     return fs.join(model_dir, TOKENIZER_FILE)
+
+
+def has_marian_tokenizer(model_dir):
+    """Whether the run tokenizes with a Marian pair (`data.marian`) instead of `spm.model`."""
+    return marian.is_marian_directory(model_dir)
+
+
+def tokenizer_files(model_dir):
+    """The paths of the run's tokenizer files: `spm.model`, or the Marian pair's files."""
+    if has_marian_tokenizer(model_dir):
+        names = [*marian.MARIAN_FILES, marian.TARGET_VOCAB_FILE, marian.TOKENIZER_CONFIG_FILE]
+        return [fs.join(model_dir, name) for name in names if fs.exists(fs.join(model_dir, name))]
+    return [_existing_tokenizer_path(model_dir)]
+
+
+def run_tokenizer(model_dir):
+    """The tokenizer of a run, the one every script translates, scores, exports and trains with.
+
+    A run holding a Marian tokenizer pair (`source.spm`, ...) gets a `data.marian.MarianTokenizer`
+    (source and target text each split by its own model); any other run the `data.Tokenizer`
+    of its `spm.model`.
+
+    Raises:
+        FileNotFoundError: if the run has neither.
+        ValueError: naming a bad tokenizer file (`data.marian.MarianFilesError` for the pair).
+    """
+    if has_marian_tokenizer(model_dir):
+        return marian.MarianTokenizer(model_dir)
+    return Tokenizer(_existing_tokenizer_path(model_dir))
 
 
 def checkpoint_dir(model_dir):
@@ -510,7 +543,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
             f"Pass a checkpoint ({checkpoint}) or average_last ({average_last}), not both"
         )
     config, _ = read_run_config(model_dir)
-    path = _existing_tokenizer_path(model_dir)
+    tokenizer = run_tokenizer(model_dir)
     model = build_model(config, dtype=dtype)
     if average_last:
         average_checkpoints(model, checkpoint_paths(checkpoint_dir(model_dir), average_last))
@@ -521,7 +554,7 @@ def load_run(model_dir, checkpoint=None, average_last=None, dtype=None, quantiza
         read_model_weights(model, checkpoint)
     if quantization is not None:
         model.quantize(quantization)
-    return model, Tokenizer(path), config
+    return model, tokenizer, config
 
 
 def _existing_tokenizer_path(model_dir):
@@ -556,10 +589,11 @@ def load_ensemble(model_dirs, checkpoint=None, average_last=None, dtype=None, qu
         raise ValueError("load_ensemble needs at least one run directory")
     if len(model_dirs) == 1:
         return load_run(model_dirs[0], checkpoint, average_last, dtype, quantization)
-    pieces = fs.read_bytes(_existing_tokenizer_path(model_dirs[0]))
+    first = {fs.name(path): fs.read_bytes(path) for path in tokenizer_files(model_dirs[0])}
     for model_dir in model_dirs[1:]:
-        path = _existing_tokenizer_path(model_dir)
-        if fs.read_bytes(path) != pieces:
+        files = {fs.name(path): fs.read_bytes(path) for path in tokenizer_files(model_dir)}
+        if files != first:
+            path = tokenizer_files(model_dir)[0]
             raise ValueError(
                 f"{path} is not the tokenizer of {model_dirs[0]}: the runs of an ensemble share one (copy it into "
                 "a run's directory before training it)"

@@ -34,9 +34,18 @@ import dataclasses
 import json
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
 
 from keras_transformer import fs
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    WORD_START,
+    check_sampling_alpha,
+)
 
 SOURCE_SPM = "source.spm"
 TARGET_SPM = "target.spm"
@@ -105,10 +114,41 @@ class MarianFiles:
         """Whether the target side has its own vocabulary (target_vocab.json)."""
         return self.source_vocabulary.path != self.target_vocabulary.path
 
+    def contents(self):
+        """File name -> bytes of a Marian tokenizer directory equal to this one.
+
+        The SentencePiece models as read; the vocabularies written again (piece -> id, in id
+        order), and `tokenizer_config.json` naming the special pieces and whether the
+        vocabularies are separate, so that `transformers.MarianTokenizer.from_pretrained`
+        reads the directory as this one.
+        """
+        contents = {
+            SOURCE_SPM: self.source_spm,
+            TARGET_SPM: self.target_spm,
+            VOCAB_FILE: _vocabulary_json(self.source_vocabulary),
+        }
+        if self.separate_vocabularies:
+            contents[TARGET_VOCAB_FILE] = _vocabulary_json(self.target_vocabulary)
+        vocabulary = self.source_vocabulary
+        config = {
+            "eos_token": vocabulary.pieces[vocabulary.eos_id],
+            "unk_token": vocabulary.pieces[vocabulary.unk_id],
+            "pad_token": vocabulary.pieces[vocabulary.pad_id],
+            "separate_vocabs": self.separate_vocabularies,
+        }
+        contents[TOKENIZER_CONFIG_FILE] = (json.dumps(config, indent=2) + "\n").encode()
+        return contents
+
+
+def _vocabulary_json(vocabulary):
+    pieces = {piece: marian_id for marian_id, piece in enumerate(vocabulary.pieces)}
+    return (json.dumps(pieces, ensure_ascii=False, indent=2) + "\n").encode()
+
 
 def is_marian_directory(directory):
-    """Whether `directory` holds a Marian tokenizer (its `SOURCE_SPM`, checked by name only)."""
-    return fs.isfile(fs.join(directory, SOURCE_SPM))
+    """Whether `directory` holds a Marian tokenizer: any of `MARIAN_FILES` (by name only; a
+    missing one is then named by `read_marian_files`)."""
+    return any(fs.isfile(fs.join(directory, name)) for name in MARIAN_FILES)
 
 
 def marian_id_map(vocabulary_size, pad_id, unk_id, eos_id):
@@ -191,19 +231,24 @@ def _one_line_json(path, what):
         raise MarianFilesError(f"{path} is not a JSON {what}: {err}") from None
 
 
-def _special_pieces(directory):
-    """The special pieces' names: the defaults, or those tokenizer_config.json gives."""
+def _tokenizer_config(directory):
+    """`(special pieces, separate)` from tokenizer_config.json: the special pieces' names (the
+    defaults where it names none) and its `separate_vocabs` (None when it has none)."""
     pieces = dict(_SPECIAL_PIECES)
     path = fs.join(directory, TOKENIZER_CONFIG_FILE)
-    if fs.isfile(path):
-        config = _one_line_json(path, "object")
-        for name in pieces:
-            token = config.get(f"{name}_token") if isinstance(config, dict) else None
-            if isinstance(token, dict):  # an AddedToken, as transformers writes it
-                token = token.get("content")
-            if isinstance(token, str):
-                pieces[name] = token
-    return pieces
+    if not fs.isfile(path):
+        return pieces, None
+    config = _one_line_json(path, "object")
+    if not isinstance(config, dict):
+        raise MarianFilesError(f"{path} is not a JSON object")
+    for name in pieces:
+        token = config.get(f"{name}_token")
+        if isinstance(token, dict):  # an AddedToken, as transformers writes it
+            token = token.get("content")
+        if isinstance(token, str):
+            pieces[name] = token
+    separate = config.get("separate_vocabs")
+    return pieces, None if separate is None else bool(separate)
 
 
 def read_marian_vocabulary(path, special_pieces=None):
@@ -262,13 +307,13 @@ def read_marian_files(directory):
     """
     if not fs.isdir(directory):
         raise MarianFilesError(f"No such Marian tokenizer directory: {directory}")
-    special_pieces = _special_pieces(directory)
+    special_pieces, separate = _tokenizer_config(directory)
     source_vocabulary = read_marian_vocabulary(fs.join(directory, VOCAB_FILE), special_pieces)
     target_path = fs.join(directory, TARGET_VOCAB_FILE)
+    if separate is None:
+        separate = fs.isfile(target_path)
     target_vocabulary = (
-        read_marian_vocabulary(target_path, special_pieces)
-        if fs.isfile(target_path)
-        else source_vocabulary
+        read_marian_vocabulary(target_path, special_pieces) if separate else source_vocabulary
     )
     return MarianFiles(
         source_spm=_read_spm(fs.join(directory, SOURCE_SPM)),
@@ -277,3 +322,202 @@ def read_marian_files(directory):
         target_vocabulary=target_vocabulary,
         directory=str(directory),
     )
+
+
+class MarianTokenizer(tf.Module):
+    """A Marian tokenizer pair in our ids, usable eagerly, in `tf.data` and in graphs.
+
+    The interface of `data.Tokenizer`, with the source and target sides apart: `tokenize`
+    splits source text with `source.spm`, `tokenize_target` target text with `target.spm`;
+    the pieces become Marian ids through the vocabulary (a piece outside it is `<unk>`) and
+    then ours (`marian_id_map`). `detokenize` turns our target ids back into Marian's pieces
+    and joins them with `target.spm`. Everything runs as graph ops (the SentencePiece ops of
+    TensorFlow Text, a constant piece -> id hash table, a constant id -> piece gather), so a
+    SavedModel holding the tokenizer loads in the stock TF Serving runtime.
+
+    As `transformers.MarianTokenizer`: a text that starts with a language code such as
+    `>>fr<<` gives that code's id first (unknown codes are `<unk>`), then the pieces of the
+    rest; decoding drops the special pieces (`<pad>`, `<unk>`, `</s>` and our `<s>`), turns
+    `▁` into spaces and strips the ends. Unlike it, `tokenize` does not append `</s>`
+    (callers append `EOS_ID`, as for `data.Tokenizer`), and special pieces written in the
+    input text (`"</s>"`) are text, not specials.
+
+    Args:
+        files: a directory (`read_marian_files`), or `MarianFiles`.
+        name: module name.
+
+    Raises:
+        MarianFilesError: one line naming a missing or bad file.
+
+    Example:
+        >>> tokenizer = MarianTokenizer("opus-mt-en-de")
+        >>> ids = tokenizer.tokenize(["A dog runs."])
+        >>> tokenizer.detokenize(tokenizer.tokenize_target(["Ein Hund läuft."])).numpy()
+        array([b'Ein Hund l\\xc3\\xa4uft.'], dtype=object)
+    """
+
+    def __init__(self, files, name="marian_tokenizer"):
+        super().__init__(name=name)
+        if not isinstance(files, MarianFiles):
+            files = read_marian_files(files)
+        self._files = files
+        self._source_map = files.source_vocabulary.id_map()
+        self._target_map = files.target_vocabulary.id_map()
+        self._source_spm = tf_text.SentencepieceTokenizer(
+            model=files.source_spm, out_type=tf.string
+        )
+        self._target_spm = tf_text.SentencepieceTokenizer(
+            model=files.target_spm, out_type=tf.string
+        )
+        self._source_ids = _piece_table(files.source_vocabulary, self._source_map)
+        self._target_ids = _piece_table(files.target_vocabulary, self._target_map)
+        # Our target id -> the piece detokenize joins; "" for the ids it drops.
+        pieces = [""] * (len(self._target_map) + 1)
+        for marian_id, ours in enumerate(self._target_map):
+            pieces[ours] = files.target_vocabulary.pieces[marian_id]
+        for special in (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            pieces[special] = ""
+        self._target_pieces = tf.constant(pieces, tf.string)
+
+    @property
+    def files(self):
+        """The `MarianFiles` it was built from."""
+        return self._files
+
+    @property
+    def vocabulary_size(self):
+        """Number of our source ids: Marian's source vocabulary plus our `BOS_ID`."""
+        return len(self._source_map) + 1
+
+    @property
+    def target_vocabulary_size(self):
+        """Number of our target ids (`vocabulary_size` unless the vocabularies are separate)."""
+        return len(self._target_map) + 1
+
+    pad_id = property(lambda self: PAD_ID, doc="Id of `<pad>` (0).")
+    unk_id = property(lambda self: UNK_ID, doc="Id of `<unk>` (1).")
+    bos_id = property(lambda self: BOS_ID, doc="Id of the decoder's start token (2).")
+    eos_id = property(lambda self: EOS_ID, doc="Id of `</s>` (3).")
+
+    def id_to_piece(self, piece_id, target=False):
+        """The Marian piece of one of our ids (source side, or `target`); `<s>` for `BOS_ID`.
+
+        Raises:
+            ValueError: if `piece_id` is not one of our ids.
+        """
+        id_map = self._target_map if target else self._source_map
+        vocabulary = self._files.target_vocabulary if target else self._files.source_vocabulary
+        if not 0 <= int(piece_id) <= len(id_map):
+            raise ValueError(
+                f"Piece id {piece_id} is out of range; the vocabulary has {len(id_map) + 1} ids"
+            )
+        if int(piece_id) == BOS_ID:
+            return "<s>"
+        return vocabulary.pieces[int(marian_id_inverse(id_map)[int(piece_id)])]
+
+    def tokenize(self, strings):
+        """Source text -> our source ids (`source.spm`, vocab.json), without `</s>`.
+
+        Args:
+            strings: a string, a list of strings, or a `tf.string` tensor.
+
+        Returns:
+            for a batch (rank 1), an `int32` `tf.RaggedTensor` `(batch, None)`; for one
+            string, an `int32` 1-D `tf.Tensor`.
+        """
+        return _encode(self._source_spm.tokenize, self._source_ids, strings)
+
+    def tokenize_target(self, strings):
+        """Target text -> our target ids (`target.spm`, the target vocabulary), as `tokenize`."""
+        return _encode(self._target_spm.tokenize, self._target_ids, strings)
+
+    def sampler(self, alpha, target=False):
+        """A tokenize function of the source side (or `target`) that samples segmentations.
+
+        As `data.Tokenizer.sampler` (`alpha` in `(0, 1]`), with the side's SentencePiece
+        model and vocabulary.
+        """
+        check_sampling_alpha(alpha)
+        sampling = tf_text.SentencepieceTokenizer(
+            model=self._files.target_spm if target else self._files.source_spm,
+            out_type=tf.string,
+            nbest_size=-1,
+            alpha=float(alpha),
+        )
+        table = self._target_ids if target else self._source_ids
+        return lambda strings: _encode(sampling.tokenize, table, strings)
+
+    def detokenize(self, ids):
+        """Our target ids -> text, with `target.spm`; each row cut at its first `</s>`.
+
+        `<pad>`, `<s>` and `<unk>` are dropped, `▁` becomes a space and the ends are
+        stripped, as `transformers.MarianTokenizer.decode(..., skip_special_tokens=True)`.
+
+        Args:
+            ids: integer ids, dense (padded) or ragged, `(batch, length)` or `(length,)`.
+
+        Returns:
+            A `tf.string` tensor `(batch,)`, or a scalar for 1-D input.
+
+        Raises:
+            ValueError: if `ids` is not of rank 1 or 2.
+        """
+        ids = _dense_ids(ids)
+        if ids.shape.rank == 1:
+            return self.detokenize(ids[tf.newaxis])[0]
+        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
+        in_range = (ids >= 0) & (ids < self.target_vocabulary_size)
+        pieces = tf.gather(self._target_pieces, tf.where(in_range, ids, PAD_ID))  # (B, L)
+        keep = before_eos & tf.not_equal(pieces, "")
+        text = self._target_spm.detokenize(tf.ragged.boolean_mask(pieces, keep))
+        return tf.strings.strip(tf.strings.regex_replace(text, WORD_START, " "))
+
+    def __repr__(self):
+        return (
+            f"MarianTokenizer(vocabulary_size={self.vocabulary_size}, "
+            f"target_vocabulary_size={self.target_vocabulary_size})"
+        )
+
+
+def _piece_table(vocabulary, id_map):
+    """A constant hash table: piece -> our id, `UNK_ID` for a piece outside the vocabulary."""
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(list(vocabulary.pieces), tf.string),
+            tf.constant(id_map, tf.int32),
+        ),
+        default_value=UNK_ID,
+    )
+
+
+def _encode(split, table, strings):
+    """Our ids of `strings`: a leading language code (`>>xx<<`) looked up whole, the rest split."""
+    strings = tf.convert_to_tensor(strings, dtype=tf.string)
+    if strings.shape.rank == 0:
+        return _encode(split, table, strings[tf.newaxis])[0]
+    has_code = tf.strings.regex_full_match(strings, _CODE_PATTERN + "(?s:.*)")  # (B,)
+    codes = tf.strings.regex_replace(strings, "^" + _CODE_PATTERN + "(?s:.*)$", r"\1")
+    rest = tf.where(has_code, tf.strings.regex_replace(strings, "^" + _CODE_PATTERN, ""), strings)
+    code_ids = tf.RaggedTensor.from_row_lengths(
+        table.lookup(tf.boolean_mask(codes, has_code)), tf.cast(has_code, tf.int64)
+    )  # (B, 0 or 1)
+    return tf.concat([code_ids, table.lookup(split(rest))], axis=1)
+
+
+# A language code at the start of a text, as `transformers.MarianTokenizer` finds it: ">>"
+# up to the first "<<" after it.
+_CODE_PATTERN = "((?s:>>.*?<<))"
+
+
+def _dense_ids(ids):
+    """`ids` as a dense `int32` tensor of rank 1 or 2 (ragged rows padded with `PAD_ID`)."""
+    if not isinstance(ids, tf.RaggedTensor):
+        try:
+            ids = tf.convert_to_tensor(ids)
+        except (ValueError, TypeError):
+            ids = tf.ragged.constant(ids)
+    if ids.shape.rank not in (1, 2):
+        raise ValueError(f"detokenize expects ids of rank 1 or 2. Received: ids.shape={ids.shape}")
+    if isinstance(ids, tf.RaggedTensor):
+        ids = ids.to_tensor(default_value=PAD_ID)
+    return tf.cast(ids, tf.int32)

@@ -172,7 +172,11 @@ def make_dataset(
         )
     if len(pairs) == 0:
         raise ValueError("make_dataset got no sentence pairs")
-    tokenize = tokenizer.tokenize if sampling_alpha is None else tokenizer.sampler(sampling_alpha)
+    if sampling_alpha is None:
+        tokenize, tokenize_target = tokenizer.tokenize, tokenizer.tokenize_target
+    else:
+        tokenize = tokenizer.sampler(sampling_alpha)
+        tokenize_target = tokenizer.sampler(sampling_alpha, target=True)
     boundaries = (
         default_bucket_boundaries(max_length)
         if bucket_boundaries is None
@@ -193,7 +197,7 @@ def make_dataset(
 
     def encode(source, target):
         source_tokens = tokenize(source)
-        target_tokens = tokenize(target)
+        target_tokens = tokenize_target(target)
         eos = tf.fill([source_tokens.nrows(), 1], EOS_ID)
         bos = tf.fill([target_tokens.nrows(), 1], BOS_ID)
         return (

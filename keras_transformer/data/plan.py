@@ -90,8 +90,10 @@ class BatchPlan:
             np.int64,
         )
         self.batch_sizes = batch_tokens // self.boundaries
-        sources = self._tokenize([source for source, _ in pairs], tokenizer, interrupted)
-        targets = self._tokenize([target for _, target in pairs], tokenizer, interrupted)
+        sources = self._tokenize([source for source, _ in pairs], tokenizer.tokenize, interrupted)
+        targets = self._tokenize(
+            [target for _, target in pairs], tokenizer.tokenize_target, interrupted
+        )
         source_lengths = np.diff(sources[1]) + 1  # + EOS
         target_lengths = np.diff(targets[1]) + 1  # + BOS (target_ids) or EOS (labels)
         keep = np.flatnonzero(np.maximum(source_lengths, target_lengths) <= max_length)
@@ -105,13 +107,13 @@ class BatchPlan:
         self._cached_epoch = None
 
     @staticmethod
-    def _tokenize(strings, tokenizer, interrupted):
-        """`(flat ids, row offsets)` of every string."""
+    def _tokenize(strings, tokenize, interrupted):
+        """`(flat ids, row offsets)` of every string, split by `tokenize`."""
         flat, lengths = [], []
         for start in range(0, len(strings), _TOKENIZE_CHUNK):
             if interrupted is not None and interrupted():
                 raise InterruptedError("Interrupted while tokenizing the training data")
-            ragged = tokenizer.tokenize(tf.constant(strings[start : start + _TOKENIZE_CHUNK]))
+            ragged = tokenize(tf.constant(strings[start : start + _TOKENIZE_CHUNK]))
             flat.append(ragged.flat_values.numpy())
             lengths.append(ragged.row_lengths().numpy())
         offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)

@@ -281,6 +281,11 @@ class Tokenizer(tf.Module):
         return self._processor.get_piece_size()
 
     @property
+    def target_vocabulary_size(self):
+        """Number of target ids: `vocabulary_size`, the model being joint."""
+        return self.vocabulary_size
+
+    @property
     def pad_id(self):
         """Id of `<pad>` (0)."""
         return PAD_ID
@@ -327,7 +332,15 @@ class Tokenizer(tf.Module):
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self._sentencepiece.tokenize(strings)
 
-    def sampler(self, alpha):
+    def tokenize_target(self, strings):
+        """Split target text into piece ids: `tokenize`, the model being joint.
+
+        Code that tokenizes target text calls this, so that a tokenizer with a model per side
+        (`data.marian.MarianTokenizer`) splits it with the target's.
+        """
+        return self.tokenize(strings)
+
+    def sampler(self, alpha, target=False):
         """A tokenize function that samples a segmentation per call (subword regularization).
 
         Each call draws, for every string, one segmentation from all those the
@@ -342,6 +355,7 @@ class Tokenizer(tf.Module):
             alpha: smoothing exponent, a number in `(0, 1]`; on Multi30k's
                 8,000-piece model, 0.5 changes about 40 % of the sentences and
                 lengthens them by 3 %, 0.3 changes 80 % and lengthens them by 12 %.
+            target: for target text (the same joint model here; see `tokenize_target`).
 
         Returns:
             A function of a rank-1 `tf.string` tensor giving `int32` ragged

@@ -156,6 +156,13 @@ class TranslationModule(tf.Module):
                 f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
                 f"model.config.vocabulary_size={config.vocabulary_size}"
             )
+        target_size = getattr(config, "target_vocabulary_size", None) or config.vocabulary_size
+        if tokenizer.target_vocabulary_size != target_size:
+            raise ValueError(
+                "The tokenizer and the model have different target vocabularies. "
+                f"Received: tokenizer.target_vocabulary_size={tokenizer.target_vocabulary_size}, "
+                f"the model's target vocabulary size={target_size}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -252,7 +259,7 @@ class TranslationModule(tf.Module):
             message="score: `source` and `target` must hold the same number of texts",
         )
         source_ids = self.encode(source)  # (B, S)
-        pieces = self.tokenizer.tokenize(valid_utf8(target))[
+        pieces = self.tokenizer.tokenize_target(valid_utf8(target))[
             :, : self.max_output_length - 1
         ]  # ragged (B, None)
         pieces = tf.cast(pieces, tf.int32)

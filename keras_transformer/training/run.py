@@ -24,10 +24,13 @@ from keras_transformer.runs import (
     UnreadableCheckpointError,
     config_path,
     flags_path,
+    has_marian_tokenizer,
     latest_checkpoint,
     log_dir,
     read_run_config,
     record_start,
+    run_tokenizer,
+    tokenizer_files,
     tokenizer_path,
     worker_dir,
     write_flag_file,
@@ -60,8 +63,11 @@ def prepare_tokenizer(
     "bpe") on `pairs` and save it there.
 
     Only the chief trains; other workers of a multi-worker run wait up to `timeout` seconds
-    for its file (then `TimeoutError`, one line).
+    for its file (then `TimeoutError`, one line). A run that holds a Marian tokenizer pair (an
+    imported model, `runs.run_tokenizer`) keeps it: nothing is trained.
     """
+    if has_marian_tokenizer(model_dir):
+        return run_tokenizer(model_dir)
     path = tokenizer_path(model_dir)
     if not chief:
         deadline = time.time() + timeout
@@ -602,7 +608,7 @@ def _start(
         padding_fraction=padding,
         model_dir=str(model_dir),
         checkpoint=trainer.manager.latest_checkpoint,
-        tokenizer=str(tokenizer_path(model_dir)),
+        tokenizer=str(tokenizer_files(model_dir)[0]),
         logs=str(log_dir(model_dir)),
     )
     return trainer, results

@@ -1,4 +1,5 @@
-"""Token embedding scaled by sqrt(d_model), with the tied pre-softmax projection (section 3.4).
+"""Token embedding scaled by sqrt(d_model), with the tied pre-softmax projection (section 3.4),
+and the bias some models add to the logits after it.
 
 Shape letters: B batch, T sequence length, D model width, V vocabulary size.
 """
@@ -228,3 +229,59 @@ class SharedEmbedding(keras.layers.Layer):
 
     def load_own_variables(self, store):
         quantization.load_variables(self, store)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LogitsBias(keras.layers.Layer):
+    """A learned bias, one per output token, added to float32 logits (Marian's
+    `final_logits_bias`; the paper has none).
+
+    The bias is a float32 weight `bias (V,)` (zeros at first), whatever the dtype policy,
+    as the logits it is added to are float32.
+
+    Args:
+        vocabulary_size: V.
+
+    Call arguments:
+        logits: float32 `(..., V)`, or `(..., V')` with `output_ids`.
+        output_ids: None, or int `(V',)`: the tokens the logits are of (a vocabulary shortlist).
+
+    Returns:
+        float32 logits of the same shape, with the bias added.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = LogitsBias(4)
+    >>> _ = layer.bias.assign([0.0, 1.0, 2.0, 3.0])
+    >>> np.asarray(layer(np.zeros((1, 1, 4), "float32"))).tolist()
+    [[[0.0, 1.0, 2.0, 3.0]]]
+    >>> np.asarray(layer(np.zeros((1, 2), "float32"), output_ids=np.array([3, 1]))).tolist()
+    [[3.0, 1.0]]
+    """
+
+    def __init__(self, vocabulary_size, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("vocabulary_size", vocabulary_size)
+        self.vocabulary_size = vocabulary_size
+        self.bias = self.add_weight(
+            name="bias", shape=(vocabulary_size,), initializer="zeros", dtype="float32"
+        )
+        self.built = True
+
+    def call(self, logits, output_ids=None):
+        bias = ops.convert_to_tensor(self.bias)
+        if output_ids is not None:
+            bias = ops.take(bias, output_ids, axis=0)
+        return ops.cast(logits, "float32") + bias
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"vocabulary_size": self.vocabulary_size})
+        return config
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, logits, output_ids=None):
+        return keras.KerasTensor(logits.shape, dtype="float32")

@@ -11,15 +11,21 @@ from keras import ops
 
 from keras_transformer.layers.checks import check_positive_int
 
+# The feature layouts of `PositionalEncoding` (the config's `sinusoid_layout`).
+LAYOUTS = ("interleaved", "concatenated")
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionalEncoding(keras.layers.Layer):
-    """Sinusoidal positional encoding, interleaved exactly as the paper's formula.
+    """Sinusoidal positional encoding, as the paper's formula, in one of two feature layouts.
 
     PE(pos, 2i) = sin(pos / max_wavelength^(2i/D)),
     PE(pos, 2i+1) = cos(pos / max_wavelength^(2i/D)).
 
-    Even feature indices carry sines and odd ones cosines (not two concatenated halves).
+    `layout="interleaved"` (the paper's formula as written): even feature indices carry sines
+    and odd ones cosines. `layout="concatenated"` (Marian's, OPUS-MT): the same sines and
+    cosines as two halves, features 0 .. D/2 - 1 the sines of i = 0 .. D/2 - 1, the rest the
+    cosines (with an odd D the sines take the extra feature). Positions start at 0.
     The encoding is computed for any length and has no weights. The layer returns the
     encoding broadcast to the input's shape; add it to the (scaled) embeddings yourself,
     with `keras.layers.Add()`: it keeps the embeddings' implicit padding mask, which the
@@ -27,6 +33,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     Args:
         max_wavelength: the base of the wavelengths (10000 in the paper).
+        layout: "interleaved" (default) or "concatenated" (`LAYOUTS`).
 
     Call arguments:
         inputs: `(B, T, D)` embeddings; only their shape and dtype are used.
@@ -34,7 +41,8 @@ class PositionalEncoding(keras.layers.Layer):
             decoding one step at a time.
         word_positions: optional int `(B, T)`: the index of the word each token belongs to
             (`WordIndex`). Then the first D / 2 features encode the token's position and
-            the last D / 2 its word's, each with the formula above at width D / 2.
+            the last D / 2 its word's, each with the formula above at width D / 2 (in
+            the layer's layout).
 
     Returns:
         `(B, T, D)` encoding in the input dtype.
@@ -52,13 +60,16 @@ class PositionalEncoding(keras.layers.Layer):
         Vaswani et al., 2017, section 3.5.
     """
 
-    def __init__(self, max_wavelength=10000.0, **kwargs):
+    def __init__(self, max_wavelength=10000.0, layout="interleaved", **kwargs):
         super().__init__(**kwargs)
         if not max_wavelength > 0:
             raise ValueError(
                 f"max_wavelength must be positive. Received: max_wavelength={max_wavelength!r}"
             )
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}. Received: layout={layout!r}")
         self.max_wavelength = max_wavelength
+        self.layout = layout
         self.supports_masking = True
         self.built = True
 
@@ -82,16 +93,21 @@ class PositionalEncoding(keras.layers.Layer):
     def _encode(self, positions, depth):
         """`(..., depth)` sinusoids of float `positions` of any shape."""
         features = ops.arange(depth)  # (D,)
-        exponents = ops.cast(features - features % 2, "float32") / ops.cast(
-            depth, "float32"
-        )  # 2i / D
+        if self.layout == "interleaved":  # feature 2i: sin of frequency i, 2i + 1: its cos
+            frequency = features // 2
+            sines = features % 2 == 0
+        else:  # features 0 .. ceil(D/2) - 1: sin of frequency i; the rest: cos of frequency i
+            half = (depth + 1) // 2
+            sines = features < half
+            frequency = ops.where(sines, features, features - half)
+        exponents = ops.cast(2 * frequency, "float32") / ops.cast(depth, "float32")  # 2i / D
         inverse_frequencies = ops.exp(-math.log(self.max_wavelength) * exponents)  # (D,)
         angles = positions[..., None] * inverse_frequencies  # (..., D)
-        return ops.where(features % 2 == 0, ops.sin(angles), ops.cos(angles))
+        return ops.where(sines, ops.sin(angles), ops.cos(angles))
 
     def get_config(self):
         config = super().get_config()
-        config.update({"max_wavelength": self.max_wavelength})
+        config.update({"max_wavelength": self.max_wavelength, "layout": self.layout})
         return config
 
     def compute_output_shape(self, input_shape):

@@ -7,16 +7,17 @@ Names follow Keras (`hidden_dim` is the paper's d_model, `intermediate_dim` its 
 
 import dataclasses
 
+import keras
+
 from keras_transformer.layers.checks import (
     check_non_negative_int,
     check_non_negative_number,
     check_positive_int,
     check_rate,
 )
+from keras_transformer.layers.positional import LAYOUTS as SINUSOID_LAYOUTS
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
-# How the sinusoids' features are laid out (see `layers.positional.PositionalEncoding`).
-SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 LEARNING_RATE_DECAYS = ("rsqrt", "linear", "cosine")  # see training.schedule.TransformerSchedule
 TOKENIZER_TYPES = ("unigram", "bpe")  # SentencePiece model types a run's tokenizer is trained with
 
@@ -37,8 +38,6 @@ def check_learning_rate_decay(decay, warmup_steps, train_steps, name="learning_r
 
 def check_activation(activation):
     """Raises ValueError naming `activation` unless Keras knows it (`keras.activations.get`)."""
-    import keras  # here: the config module itself loads no backend
-
     try:
         keras.activations.get(activation)
     except (ValueError, TypeError):

@@ -14,7 +14,7 @@ from keras_transformer.layers import packing, quantization
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.decoder import DecoderBlock
 from keras_transformer.layers.dropout import ReplicaDropout
-from keras_transformer.layers.embedding import SharedEmbedding
+from keras_transformer.layers.embedding import LogitsBias, SharedEmbedding
 from keras_transformer.layers.encoder import EncoderBlock
 from keras_transformer.layers.masks import padding_mask
 from keras_transformer.layers.normalization import LayerNormalization
@@ -109,7 +109,7 @@ class Transformer(keras.Model):
             target_embedding = source_embedding
         else:
             target_embedding = SharedEmbedding(
-                config.vocabulary_size,
+                config.decoder_vocabulary_size,
                 config.hidden_dim,
                 dtype=policy,
                 name="target_token_embedding",
@@ -123,7 +123,7 @@ class Transformer(keras.Model):
             )
         else:
             source_position = target_position = PositionalEncoding(
-                dtype=policy, name="positional_encoding"
+                layout=config.sinusoid_layout, dtype=policy, name="positional_encoding"
             )
         block_kwargs = dict(
             num_heads=config.num_heads,
@@ -156,8 +156,14 @@ class Transformer(keras.Model):
         output_projection = None
         if not config.tie_output:
             output_projection = keras.layers.Dense(
-                config.vocabulary_size, dtype=policy, name="output_projection"
+                config.decoder_vocabulary_size, dtype=policy, name="output_projection"
             )
+        # Created only when set: the runs written without it keep their variables' names.
+        logits_bias = (
+            LogitsBias(config.decoder_vocabulary_size, dtype=policy, name="final_logits_bias")
+            if config.final_logits_bias
+            else None
+        )
         source_dropout = ReplicaDropout(
             config.dropout, dtype=policy, name="source_embedding_dropout"
         )
@@ -175,6 +181,7 @@ class Transformer(keras.Model):
         self.decoder_layers = decoder_layers
         self.final_norms = final_norms
         self.output_projection = output_projection
+        self.logits_bias = logits_bias
         self.quantization_config = quantization_config
         if (
             quantization_config is not None
@@ -389,18 +396,25 @@ class Transformer(keras.Model):
         return hidden, source_packing if packed else source_mask
 
     def _logits(self, hidden, output_ids=None):
+        """The float32 logits `(..., V)` (`(..., V')` of `output_ids`) of the decoder's hidden
+        states: every path computes them here (training, `decode`, `decode_step`, the searches,
+        a shortlist, int8), with the final norm, the output projection and the final bias."""
         if "decoder" in self.final_norms:
             hidden = self.final_norms["decoder"](hidden)
         if self.output_projection is None:
-            return self.target_embedding(
+            logits = self.target_embedding(
                 hidden, reverse=True, output_ids=output_ids
             )  # (B, T, V|V') float32
-        if output_ids is not None:
+        elif output_ids is not None:
             raise ValueError(
                 "A vocabulary shortlist (output_ids) needs the output projection tied to the target "
                 "embedding. Received: config.tie_output=False"
             )
-        return ops.cast(self.output_projection(hidden), "float32")
+        else:
+            logits = ops.cast(self.output_projection(hidden), "float32")
+        if self.logits_bias is not None:
+            logits = self.logits_bias(logits, output_ids=output_ids)
+        return logits
 
     def _decode(
         self,
@@ -640,6 +654,7 @@ class Transformer(keras.Model):
                 # matrix. (A learned position table is left float, and Keras says so.)
                 for name in (
                     "PositionalEncoding",
+                    "LogitsBias",
                     "ReplicaDropout",
                     "LayerNormalization",
                     "InputLayer",

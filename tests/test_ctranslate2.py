@@ -155,8 +155,32 @@ def test_directory_holds_vocabulary_and_sentencepiece_model(
         dict(positional="learned"),
         dict(share_embeddings=False, tie_output=False),
         dict(activation="gelu", layer_norm_epsilon=0.5),  # an epsilon large enough to matter
+        # OPUS-MT's (Marian's) options: sin || cos positions, SiLU, a final-logits bias
+        dict(
+            sinusoid_layout="concatenated",
+            activation="silu",
+            final_logits_bias=True,
+            layer_norm_epsilon=1e-5,
+        ),
+        # a decoder vocabulary of its own, tied to the output projection or not, with the bias
+        dict(share_embeddings=False, target_vocabulary_size=29, final_logits_bias=True),
+        dict(
+            share_embeddings=False,
+            tie_output=False,
+            target_vocabulary_size=29,
+            final_logits_bias=True,
+        ),
     ],
-    ids=["post_ln", "pre_ln", "learned_positions", "untied", "gelu_eps"],
+    ids=[
+        "post_ln",
+        "pre_ln",
+        "learned_positions",
+        "untied",
+        "gelu_eps",
+        "marian",
+        "target_vocabulary",
+        "target_vocabulary_untied",
+    ],
 )
 def test_variants_score_like_ours(overrides, tmp_path):
     """Every supported setting: CTranslate2's teacher-forced token log-probabilities equal
@@ -177,14 +201,19 @@ def test_variants_score_like_ours(overrides, tmp_path):
     for weight in model.weights:
         weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, 40)]
+    target_size = config.decoder_vocabulary_size
+    target_pieces = None
+    if config.target_vocabulary_size is not None:
+        target_pieces = pieces[:4] + [f"u{i}" for i in range(4, target_size)]
     translator = ctranslate2.Translator(
-        str(save_ctranslate2(model, pieces, tmp_path / "model")), device="cpu"
+        str(save_ctranslate2(model, pieces, tmp_path / "model", target_pieces=target_pieces)),
+        device="cpu",
     )
     sources = [rng.integers(4, 40, size=n).tolist() for n in (3, 9, 20)]
-    targets = [rng.integers(4, 40, size=n).tolist() for n in (5, 1, 17)]
+    targets = [rng.integers(4, target_size, size=n).tolist() for n in (5, 1, 17)]
     results = translator.score_batch(
         [[pieces[i] for i in source] for source in sources],
-        [[pieces[i] for i in target] for target in targets],
+        [[(target_pieces or pieces)[i] for i in target] for target in targets],
     )
     for source, target, result in zip(sources, targets, results):
         encoder_outputs, mask = model.encode(np.array([source + [3]]))

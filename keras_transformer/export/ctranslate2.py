@@ -12,12 +12,14 @@ The model is written as a `ctranslate2.specs.TransformerSpec` that represents ou
   as `pre_norm=True` with the final encoder and decoder norms;
 * token embeddings multiplied by sqrt(d_model) (`scale_embeddings`), shared between encoder
   and decoder when `share_embeddings`, and the decoder's output projection set to the same
-  matrix when `tie_output` (no bias);
+  matrix when `tie_output` (no bias but the final-logits bias, `final_logits_bias`); a
+  decoder vocabulary of its own (`target_vocabulary_size`) as CTranslate2's target
+  vocabulary (`target_pieces`);
 * the position table stored as the model's position encodings
-  (`position_encodings/encodings`): our sinusoids are interleaved (sin at even features,
-  cos at odd ones, positions from 0), CTranslate2's built-in ones are two halves from
-  position 1, so the table is written out. Learned position embeddings are written as
-  they are. The sinusoidal table has `max_length + max_output_offset` rows (the longest
+  (`position_encodings/encodings`): our sinusoids (interleaved: sin at even features, cos at
+  odd ones; or concatenated, `sinusoid_layout`; positions from 0) are not CTranslate2's
+  built-in ones (two halves from position 1, with other frequencies), so the table is written
+  out. Learned position embeddings are written as they are. The sinusoidal table has `max_length + max_output_offset` rows (the longest
   decoder input our search builds); CTranslate2 refuses positions beyond it;
 * `<s>` starts the decoder, `</s>` ends the source (`add_source_eos`), as in
   `decoding.text.encode_source`.
@@ -126,12 +128,12 @@ def check_ctranslate2_config(config):
         )
 
 
-def sinusoid_table(num_positions, depth, max_wavelength=10000.0):
+def sinusoid_table(num_positions, depth, max_wavelength=10000.0, layout="interleaved"):
     """Our sinusoidal encoding as a float32 `(num_positions, depth)` table, computed by the
-    model's own `PositionalEncoding` layer (positions 0 .. num_positions - 1)."""
+    model's own `PositionalEncoding` layer (positions 0 .. num_positions - 1, in `layout`)."""
     from keras_transformer.layers.positional import PositionalEncoding
 
-    layer = PositionalEncoding(max_wavelength=max_wavelength, dtype="float32")
+    layer = PositionalEncoding(max_wavelength=max_wavelength, layout=layout, dtype="float32")
     return np.asarray(layer(np.zeros((1, num_positions, depth), np.float32))[0])
 
 
@@ -194,10 +196,18 @@ def _position_table(model, side, num_positions):
         layer = model.source_position if side == "encoder" else model.target_position
         return _numpy(layer.position_embeddings)
     layer = model.source_position if side == "encoder" else model.target_position
-    return sinusoid_table(num_positions, config.hidden_dim, layer.max_wavelength)
+    return sinusoid_table(num_positions, config.hidden_dim, layer.max_wavelength, layer.layout)
 
 
-def transformer_spec(model, pieces, num_positions=None):
+def _check_pieces(pieces, size, name):
+    if len(pieces) != size:
+        raise ValueError(
+            "The tokenizer's vocabulary must have the model's vocabulary_size pieces. "
+            f"Received: {len(pieces)} pieces, {name}={size}"
+        )
+
+
+def transformer_spec(model, pieces, num_positions=None, target_pieces=None):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s float32 weights.
 
     Args:
@@ -205,6 +215,8 @@ def transformer_spec(model, pieces, num_positions=None):
         pieces: the tokens in id order (the SentencePiece pieces).
         num_positions: rows of the sinusoidal position table (default:
             `max_length + max_output_offset` of the model's config).
+        target_pieces: the decoder's tokens in id order, for a model with a target vocabulary
+            of its own (`config.target_vocabulary_size`); None: `pieces`, shared.
 
     Returns:
         the spec, validated by CTranslate2 when saved.
@@ -215,11 +227,12 @@ def transformer_spec(model, pieces, num_positions=None):
 
     config = model.config
     check_ctranslate2_config(config)
-    if len(pieces) != config.vocabulary_size:
-        raise ValueError(
-            "The tokenizer's vocabulary must have the model's vocabulary_size pieces. "
-            f"Received: {len(pieces)} pieces, vocabulary_size={config.vocabulary_size}"
-        )
+    target_pieces = pieces if target_pieces is None else target_pieces
+    _check_pieces(pieces, config.vocabulary_size, "vocabulary_size")
+    if config.target_vocabulary_size is not None:
+        _check_pieces(target_pieces, config.decoder_vocabulary_size, "target_vocabulary_size")
+    else:
+        _check_pieces(target_pieces, config.vocabulary_size, "vocabulary_size")
     if num_positions is None:
         num_positions = config.max_length + config.max_output_offset
     spec = specs.TransformerSpec.from_config(
@@ -251,13 +264,17 @@ def transformer_spec(model, pieces, num_positions=None):
     if config.normalize_first:
         _set_layer_norm(encoder.layer_norm, model.final_norms["encoder"])
         _set_layer_norm(decoder.layer_norm, model.final_norms["decoder"])
-    if model.output_projection is None:  # tied: logits = hidden @ E^T
+    bias = None if model.logits_bias is None else _numpy(model.logits_bias.bias)
+    if model.output_projection is None:  # tied: logits = hidden @ E^T (+ the final bias)
         decoder.projection.weight = decoder.embeddings.weight
+        if bias is not None:
+            decoder.projection.bias = bias
     else:
+        projection_bias = _numpy(model.output_projection.bias)
         _set_linear(
             decoder.projection,
             _numpy(model.output_projection.kernel),
-            _numpy(model.output_projection.bias),
+            projection_bias if bias is None else projection_bias + bias,
         )
 
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
@@ -267,7 +284,7 @@ def transformer_spec(model, pieces, num_positions=None):
     spec.config.decoder_start_token = SPECIAL_PIECES[BOS_ID]
     spec.config.add_source_eos = True
     spec.register_source_vocabulary(list(pieces))
-    spec.register_target_vocabulary(list(pieces))
+    spec.register_target_vocabulary(list(target_pieces))
     return spec
 
 
@@ -283,13 +300,22 @@ def vocabulary(tokenizer):
 
 
 def save_ctranslate2(
-    model, pieces, output_dir, quantization="float32", files=(), vocabulary_map=None, replace=True
+    model,
+    pieces,
+    output_dir,
+    quantization="float32",
+    files=(),
+    vocabulary_map=None,
+    replace=True,
+    target_pieces=None,
 ):
     """Write `model` (float32) as a CTranslate2 model directory.
 
     Args:
         model: a float32 `Transformer`.
         pieces: the vocabulary, tokens in id order (see `vocabulary`).
+        target_pieces: the decoder's vocabulary when it is its own
+            (`config.target_vocabulary_size`); None: `pieces`.
         output_dir: the directory to write, published when complete (`fs.publish_dir`): on a
             local disk with one rename; elsewhere (`gs://`) file by file, `model.bin` last,
             so a directory that has `model.bin` is complete.
@@ -310,7 +336,12 @@ def save_ctranslate2(
         raise ValueError(
             f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
         )
-    spec = transformer_spec(model, pieces)
+    if vocabulary_map is not None and target_pieces is not None:
+        raise ValueError(
+            "A vocabulary map (vmap.txt) needs one vocabulary for source and target. "
+            f"Received: target_pieces of {len(target_pieces)} pieces"
+        )
+    spec = transformer_spec(model, pieces, target_pieces=target_pieces)
     for path in files:
         spec.register_file(str(path))
     with (

@@ -1,0 +1,229 @@
+"""OPUS-MT (Marian) checkpoints: read into our model equal to `transformers`' own, and back.
+
+A tiny random `MarianMTModel` (every weight drawn at random, the final-logits bias too)
+with a locally trained pair of SentencePiece models and a `vocab.json` whose `<pad>` is the
+last id, saved with `save_pretrained`: no download.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from keras_transformer import pretrained  # noqa: E402
+from keras_transformer.data.marian import marian_id_inverse  # noqa: E402
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
+from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+
+SENTENCES = 400  # Multi30k lines the SentencePiece models learn from
+OUTPUT_LENGTH = 12  # tokens generated, by both searches
+EOS_BIAS = 1.5  # added to </s>'s final-logits bias: some outputs end, some reach the limit
+EMBEDDING_STD = 0.2
+
+
+def _train_spm(sentences, prefix):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=str(prefix),
+        vocab_size=120,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+def _pieces(model_file):
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(model_file))
+    return [
+        processor.id_to_piece(i)
+        for i in range(processor.get_piece_size())
+        if not (processor.is_control(i) or processor.is_unknown(i))
+    ]
+
+
+def write_marian_directory(
+    directory, multi30k_dir, seed=0, eos_bias=EOS_BIAS, embedding_std=EMBEDDING_STD, **config
+):
+    """A random Marian model of `config` (MarianConfig fields) and its tokenizer in `directory`."""
+    from keras_transformer.data.corpus import load_multi30k
+
+    pairs = load_multi30k("en", "de", "train", data_dir=multi30k_dir)[:SENTENCES]
+    work = directory / "spm"
+    work.mkdir(parents=True)
+    source = _train_spm([pair[0] for pair in pairs], work / "source")
+    target = _train_spm([pair[1] for pair in pairs], work / "target")
+    pieces = sorted(set(_pieces(source)) | set(_pieces(target)))
+    vocabulary = {piece: i for i, piece in enumerate(["</s>", "<unk>", *pieces, "<pad>"])}
+    shutil.copy(source, directory / "source.spm")
+    shutil.copy(target, directory / "target.spm")
+    (directory / "vocab.json").write_text(json.dumps(vocabulary))
+    pad = vocabulary["<pad>"]
+    settings = dict(
+        vocab_size=len(vocabulary),
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        activation_function="swish",
+        max_position_embeddings=128,
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=None,
+        bad_words_ids=[[pad]],
+    )
+    settings.update(config)
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
+    with torch.no_grad():  # every weight random: a mapping that moves one shows
+        for name, parameter in model.named_parameters():
+            if name.endswith("layer_norm.weight"):
+                parameter.copy_(1 + 0.3 * torch.randn_like(parameter))
+            elif name.endswith("layer_norm.bias"):
+                parameter.copy_(0.1 * torch.randn_like(parameter))
+            elif name == "model.shared.weight":
+                parameter.copy_(embedding_std * torch.randn_like(parameter))
+            else:
+                parameter.copy_(0.2 * torch.randn_like(parameter))
+        model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
+        model.final_logits_bias[0, 0] += eos_bias  # </s>: some outputs end, some reach the limit
+    tokenizer = transformers.MarianTokenizer(
+        str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json")
+    )
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    shutil.rmtree(work)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def marian_dir(tmp_path_factory, multi30k_dir):
+    return write_marian_directory(tmp_path_factory.mktemp("marian"), multi30k_dir)
+
+
+@pytest.fixture(scope="session")
+def marian(marian_dir):
+    """`(their model, their tokenizer, our model, our config, the tokenizer files)`."""
+    theirs = transformers.MarianMTModel.from_pretrained(str(marian_dir)).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(marian_dir))
+    ours, config, files, _ = pretrained.read_marian(marian_dir)
+    return theirs, tokenizer, ours, config, files
+
+
+SOURCES = [
+    "A man in an orange hat starring at something.",
+    "Two dogs play.",
+    "A little girl climbing into a wooden playhouse while her mother watches from the side.",
+]
+TARGETS = [
+    "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+    "Zwei Hunde spielen.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+]
+
+
+def _batch(tokenizer, id_map):
+    """Their padded batch (ids, mask, decoder inputs, the decoder's real positions) and ours."""
+    batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
+    pad = tokenizer.pad_token_id
+    labels = batch["labels"]
+    decoder_ids = torch.cat([torch.full_like(labels[:, :1], pad), labels[:, :-1]], dim=1)
+    real = (decoder_ids != pad).numpy()
+    real[:, 0] = True  # the start token
+    source_ids = id_map[batch["input_ids"].numpy()]
+    target_ids = np.where(real, id_map[decoder_ids.numpy()], 0)
+    target_ids[:, 0] = BOS_ID
+    return batch, decoder_ids, real, source_ids, target_ids
+
+
+def _their_logits(theirs, batch, decoder_ids):
+    with torch.no_grad():
+        return theirs(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_ids,
+        ).logits.numpy()
+
+
+def test_logits_equal_transformers_on_a_padded_batch(marian):
+    theirs, tokenizer, ours, config, files = marian
+    id_map = files.source_vocabulary.id_map()
+    batch, decoder_ids, real, source_ids, target_ids = _batch(tokenizer, id_map)
+    assert (batch["attention_mask"].numpy() == 0).any() and not real.all()  # padding on both sides
+    expected = _their_logits(theirs, batch, decoder_ids)  # (B, T, V) in Marian's ids
+    logits = np.asarray(ours({"source_ids": source_ids, "target_ids": target_ids}))  # (B, T, V + 1)
+    assert logits.shape[-1] == expected.shape[-1] + 1 == config.vocabulary_size
+    # Every one of our columns is Marian's column of the same token; BOS's is pad's.
+    inverse = marian_id_inverse(id_map)
+    difference = np.abs(logits[real] - expected[real][:, inverse])
+    assert difference.max() <= 1e-4, difference.max()
+
+
+def _their_outputs(theirs, tokenizer, id_map, **settings):
+    batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = theirs.generate(
+            **batch,
+            max_new_tokens=OUTPUT_LENGTH,
+            do_sample=False,
+            early_stopping=False,
+            forced_eos_token_id=None,
+            **settings,
+        ).numpy()
+    outputs = []
+    for row in generated[:, 1:]:  # without the start token
+        row = list(row)
+        if tokenizer.eos_token_id in row:
+            row = row[: row.index(tokenizer.eos_token_id) + 1]
+        outputs.append([int(id_map[token]) for token in row])
+    return outputs, id_map[batch["input_ids"].numpy()]
+
+
+def _our_outputs(token_ids):
+    outputs = []
+    for row in np.asarray(token_ids).tolist():
+        row = [token for token in row if token != 0]
+        if EOS_ID in row:
+            row = row[: row.index(EOS_ID) + 1]
+        outputs.append(row)
+    return outputs
+
+
+def test_greedy_search_returns_their_generate_ids(marian):
+    theirs, tokenizer, ours, _, files = marian
+    id_map = files.source_vocabulary.id_map()
+    expected, source_ids = _their_outputs(theirs, tokenizer, id_map, num_beams=1)
+    token_ids, _ = greedy_search(ours, source_ids, max_length=OUTPUT_LENGTH)
+    assert _our_outputs(token_ids) == expected
+    ends = [row[-1] == EOS_ID for row in expected]
+    assert any(ends) and not all(ends)  # ended by EOS and cut at the limit, both
+
+
+def test_beam_search_returns_their_generate_ids(marian):
+    """Beam 4 at length penalty 0 on both sides: transformers divides a finished hypothesis's
+    log-probability by |Y|^alpha, ours by ((5 + |Y|) / 6)^alpha (docs/pretrained.md)."""
+    theirs, tokenizer, ours, _, files = marian
+    id_map = files.source_vocabulary.id_map()
+    expected, source_ids = _their_outputs(
+        theirs, tokenizer, id_map, num_beams=4, length_penalty=0.0
+    )
+    token_ids, _ = beam_search(
+        ours, source_ids, beam_size=4, length_penalty=0.0, max_length=OUTPUT_LENGTH
+    )  # (B, 1, L)
+    assert _our_outputs(np.asarray(token_ids)[:, 0]) == expected
+    greedy = _their_outputs(theirs, tokenizer, id_map, num_beams=1)[0]
+    assert expected != greedy  # the beam found other outputs than greedy search

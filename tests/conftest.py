@@ -52,6 +52,8 @@ SLOW_TESTS = (
     "test_evaluation.py::test_score_checkpoints_scores_each_step_as_evaluate_run_would_have_then",
     "test_evaluation.py::test_xla_decoding_benchmark_pads_widths_and_matches_graph_mode",
     "test_flag_file.py::test_train_flag_file_reruns_the_same_run_elsewhere",
+    "test_marian_tokenizer.py::test_a_saved_model_keeps_both_models_apart_and_has_servable_ops",
+    "test_marian_tokenizer.py::test_export_of_a_run_with_the_pair_answers_text_in_a_clean_runtime",
     "test_multi_worker_score.py::test_two_workers_log_the_chiefs_scores_at_the_same_steps",
     "test_search_options.py::test_evaluate_script_decodes_with_the_run_config",
     "test_shortlist.py::test_ctranslate2_vmap_file_is_the_same_shortlist",

@@ -329,6 +329,40 @@ def test_graph_functions_and_tf_data_give_the_eager_ids(pair, sources, targets):
     ).to_list()
 
 
+class _Tokenizing(tf.Module):
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, texts):
+        source = self.tokenizer.tokenize(texts)
+        target = self.tokenizer.tokenize_target(texts)
+        return {
+            "source": source.to_tensor(),
+            "target": target.to_tensor(),
+            "text": self.tokenizer.detokenize(target),
+        }
+
+
+def test_a_saved_model_keeps_both_models_apart_and_has_servable_ops(pair, targets, tmp_path):
+    """Saved and loaded, the module tokenizes each side with its own model as before (TensorFlow
+    Text's default resource name would give both sides the source model); its ops are all
+    TensorFlow core or SentencePiece."""
+    from keras_transformer.export.ops_check import assert_servable_ops
+
+    ours, _ = pair
+    texts = tf.constant(targets[:60])
+    module = _Tokenizing(ours)
+    expected = module(texts)
+    assert expected["source"].shape != expected["target"].shape  # the two models differ here
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))(texts)
+    for key, value in expected.items():
+        assert loaded[key].numpy().tolist() == value.numpy().tolist(), key
+    assert_servable_ops(tmp_path / "saved")
+
+
 def test_sampler_draws_other_segmentations_of_each_side(pair, targets):
     ours, _ = pair
     texts = targets[40:80]
@@ -380,3 +414,109 @@ def test_training_batches_split_each_side_with_its_model(pair, sources, targets,
         target_in, label = found[tuple(_ours(theirs(source)["input_ids"], source_map))]
         assert label == target_ids
         assert target_in == [BOS_ID, *target_ids[:-1]]
+
+
+# --- a run holding the pair, exported for TF Serving (slow tier) ---
+
+
+@pytest.fixture(scope="session")
+def marian_run(multi30k_dir, tmp_path_factory):
+    """A run directory with the shared-vocabulary pair instead of `spm.model` and a
+    random-initialised tiny Transformer of its vocabulary size as `checkpoints/ckpt-0`."""
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.models.transformer import build_model
+    from keras_transformer.training import TrainOptions
+    from keras_transformer.training.checkpoints import checkpoint_manager, save_checkpoint
+    from keras_transformer.training.trainer import write_run_config
+
+    run = write_marian_tokenizer(tmp_path_factory.mktemp("marian_run"), multi30k_dir)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=MarianTokenizer(run).vocabulary_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=32,
+        intermediate_dim=64,
+        num_heads=2,
+        max_length=32,
+    )
+    write_run_config(run, config, TrainOptions())
+    model = build_model(config)
+    manager = checkpoint_manager(
+        tf.train.Checkpoint(model=model), runs.checkpoint_dir(run), max_to_keep=None
+    )
+    save_checkpoint(manager, 0)
+    return run
+
+
+def test_export_of_a_run_with_the_pair_answers_text_in_a_clean_runtime(marian_run, tmp_path):
+    """`experiments/export.py` on the run: the pair's files are the export's assets, its ops pass
+    the check, and in a TensorFlow-only process of the released serving runtime `translate` and
+    `score` answer as the run's `TranslationModule` does in Python; `translate`'s text is the
+    pair's decoding of `translate_ids`' ids."""
+    from keras_transformer.export.translator import TranslationModule
+    from tests import runtimes
+    from tests.scripts import run_script
+    from tests.test_export import call_signature_in_runtime
+
+    texts = ["A dog runs in the park.", "", "ß ☃ 12", ">>fr<< Two men."]
+    targets = ["Ein Hund.", "", "Zwei Männer ß.", "x"]
+    result = run_script(
+        "export.py",
+        f"--model_dir={marian_run}",
+        f"--export_dir={tmp_path}",
+        "--name=marian",
+        "--beam_size=2",
+        "--max_output_offset=8",
+        f"--sample={texts[0]}",
+    )
+    assert "all TensorFlow core or TensorFlow Text (SentencePiece)" in result.stdout
+    version = tmp_path / "marian" / "1"
+    info = json.loads((version / "assets.extra" / "export_info.json").read_text())
+    assert info["tokenizer_assets"] == [
+        f"assets/{name}"
+        for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
+    ]
+    for name in ("source.spm", "target.spm"):
+        assert (version / "assets" / name).read_bytes() == (marian_run / name).read_bytes()
+    theirs = transformers.MarianTokenizer.from_pretrained(str(version / "assets"))
+    mine = transformers.MarianTokenizer.from_pretrained(str(marian_run))
+    assert [theirs(t)["input_ids"] for t in texts] == [mine(t)["input_ids"] for t in texts]
+
+    translator = TranslationModule.from_run(marian_run, beam_size=2, max_output_offset=8)
+    expected = translator.translate(tf.constant(texts))
+    ids = translator.translate_ids(translator.encode(tf.constant(texts)))["token_ids"]
+    assert expected["translation"].numpy().tolist() == [
+        text for text in translator.tokenizer.detokenize(ids).numpy().tolist()
+    ]
+    assert any(expected["translation"].numpy())  # a random model still writes some pieces
+    score = translator.score(tf.constant(texts), tf.constant(targets))["log_probability"]
+
+    python, _, _ = runtimes.runtime_python(runtimes.DEFAULT_RUNTIMES[0])
+    served = call_signature_in_runtime(
+        python, version, "translate", runtimes.DEFAULT_RUNTIMES[0], text=texts
+    )
+    assert served["translation"] == [t.decode() for t in expected["translation"].numpy()]
+    np.testing.assert_allclose(served["score"], expected["score"].numpy(), atol=1e-4)
+    served = call_signature_in_runtime(python, version, "score", source=texts, target=targets)
+    np.testing.assert_allclose(served["log_probability"], score.numpy(), atol=1e-4)
+
+
+def test_score_splits_targets_with_the_target_model(marian_run):
+    """The export's `score` (the forced-decoding log-probability): the target is `transformers`'
+    target ids (`</s>` included) after `<s>`, the source its input ids."""
+    from keras_transformer.export.translator import TranslationModule
+
+    translator = TranslationModule.from_run(marian_run, beam_size=2, max_output_offset=8)
+    theirs = transformers.MarianTokenizer.from_pretrained(str(marian_run))
+    id_map = translator.tokenizer.files.source_vocabulary.id_map()
+    sources, targets = ["A dog runs.", "Two men"], ["Ein Hund läuft.", "Zwei Männer sitzen"]
+    found = translator.score(tf.constant(sources), tf.constant(targets))["log_probability"]
+    model = translator.model
+    for source, target, score in zip(sources, targets, found.numpy()):
+        source_ids = tf.constant([_ours(theirs(source)["input_ids"], id_map)])
+        labels = _ours(theirs(text_target=target)["input_ids"], id_map)
+        encoded, mask = model.encode(source_ids)
+        logits = model.decode(tf.constant([[BOS_ID, *labels[:-1]]]), encoded, mask)[0]
+        log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()
+        assert score == pytest.approx(sum(log_probs[i, t] for i, t in enumerate(labels)), abs=1e-4)

@@ -31,11 +31,14 @@ of Marian's `<pad>` row, and on the way back Marian's `<pad>` row is our `BOS_ID
 """
 
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow.python.trackable import resource
+from tensorflow_text.python.ops import sentencepiece_tokenizer as sentencepiece_ops
 
 from keras_transformer import fs
 from keras_transformer.data.tokenizer import (
@@ -363,12 +366,8 @@ class MarianTokenizer(tf.Module):
         self._files = files
         self._source_map = files.source_vocabulary.id_map()
         self._target_map = files.target_vocabulary.id_map()
-        self._source_spm = tf_text.SentencepieceTokenizer(
-            model=files.source_spm, out_type=tf.string
-        )
-        self._target_spm = tf_text.SentencepieceTokenizer(
-            model=files.target_spm, out_type=tf.string
-        )
+        self._source_spm = _sentencepiece(files.source_spm)
+        self._target_spm = _sentencepiece(files.target_spm)
         self._source_ids = _piece_table(files.source_vocabulary, self._source_map)
         self._target_ids = _piece_table(files.target_vocabulary, self._target_map)
         # Our target id -> the piece detokenize joins; "" for the ids it drops.
@@ -438,9 +437,8 @@ class MarianTokenizer(tf.Module):
         model and vocabulary.
         """
         check_sampling_alpha(alpha)
-        sampling = tf_text.SentencepieceTokenizer(
-            model=self._files.target_spm if target else self._files.source_spm,
-            out_type=tf.string,
+        sampling = _sentencepiece(
+            self._files.target_spm if target else self._files.source_spm,
             nbest_size=-1,
             alpha=float(alpha),
         )
@@ -477,6 +475,34 @@ class MarianTokenizer(tf.Module):
             f"MarianTokenizer(vocabulary_size={self.vocabulary_size}, "
             f"target_vocabulary_size={self.target_vocabulary_size})"
         )
+
+
+class _NamedSentencepieceModel(resource.TrackableResource):
+    """TensorFlow Text's SentencePiece model resource, under a name of the model's digest.
+
+    The resource belongs to its op's kernel. TensorFlow Text creates it under the default (empty)
+    shared name, so two different models in one SavedModel become one once it is loaded: every
+    loaded function asks for the resource of that one name and gets the first model's. Named by
+    their content, the source and target models stay apart (and equal models are one).
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self._model = model
+        self._shared_name = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:32]
+        _ = self.resource_handle  # creates the resource
+
+    def _create_resource(self):
+        return sentencepiece_ops.gen_sentencepiece_tokenizer.sentencepiece_op(
+            model=self._model, shared_name=self._shared_name
+        )
+
+
+def _sentencepiece(model, **options):
+    """A `tf_text.SentencepieceTokenizer` of pieces (strings) over `_NamedSentencepieceModel`."""
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.string, **options)
+    tokenizer._model_resource = _NamedSentencepieceModel(model)
+    return tokenizer
 
 
 def _piece_table(vocabulary, id_map):

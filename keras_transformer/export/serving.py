@@ -7,7 +7,9 @@ Layout (what TF Serving's file system source expects, one integer directory per 
         1/
             saved_model.pb              signatures: serving_default, translate, translate_ids, translate_nbest, score
             variables/
-            assets/spm.model            the SentencePiece model (tf.saved_model.Asset)
+            assets/spm.model            the SentencePiece model (tf.saved_model.Asset); for a run
+                                        with a Marian tokenizer pair, its files instead
+                                        (assets/source.spm, target.spm, vocab.json, ...)
             assets.extra/tf_serving_warmup_requests
             assets.extra/export_info.json
         2/ ...
@@ -34,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer import fs
+from keras_transformer.data.marian import MarianTokenizer
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
@@ -61,15 +64,24 @@ class ServingModule(tf.Module):
         tokenizer_model: `tf.saved_model.Asset` of the SentencePiece model, copied to
             `assets/spm.model` (for clients of `translate_ids` that tokenize themselves;
             the in-graph tokenizer holds the same model in its op).
+        tokenizer_files: instead, for a Marian tokenizer pair, a dict of its files' assets
+            (`assets/source.spm`, ...), keyed by file name with `.` as `_`.
         translate, translate_ids, translate_nbest, score: the translator's `tf.function`s. Called on the
             loaded object, a wrong dtype or rank raises a `TypeError` naming the expected
             `TensorSpec` (the signatures check only at run time).
     """
 
-    def __init__(self, translator, tokenizer_file):
+    def __init__(self, translator, tokenizer_files):
         super().__init__(name="serving")
         self.translator = translator
-        self.tokenizer_model = tf.saved_model.Asset(str(tokenizer_file))
+        if isinstance(translator.tokenizer, MarianTokenizer):
+            self.tokenizer_files = {
+                path.name.replace(".", "_"): tf.saved_model.Asset(str(path))
+                for path in tokenizer_files
+            }
+        else:
+            (tokenizer_file,) = tokenizer_files
+            self.tokenizer_model = tf.saved_model.Asset(str(tokenizer_file))
         self.translate = translator.translate
         self.translate_ids = translator.translate_ids
         self.translate_nbest = translator.translate_nbest
@@ -170,6 +182,14 @@ def format_signatures(specs):
     return "\n".join(lines)
 
 
+def tokenizer_assets(tokenizer):
+    """File name -> bytes of the tokenizer files an export carries in `assets/`: the
+    SentencePiece model (`TOKENIZER_ASSET`), or a Marian pair's files (`MarianFiles.contents`)."""
+    if isinstance(tokenizer, MarianTokenizer):
+        return tokenizer.files.contents()
+    return {TOKENIZER_ASSET: tokenizer.model_proto}
+
+
 def _write_export_info(saved_model_dir, translator, name):
     info = {
         "name": name,
@@ -177,8 +197,12 @@ def _write_export_info(saved_model_dir, translator, name):
         "settings": translator.settings,
         "vocabulary_size": translator.vocabulary_size,
         "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
-        "tokenizer_asset": f"assets/{TOKENIZER_ASSET}",
     }
+    assets = [f"assets/{name}" for name in tokenizer_assets(translator.tokenizer)]
+    if len(assets) == 1:
+        info["tokenizer_asset"] = assets[0]
+    else:
+        info["tokenizer_assets"] = assets
     fs.write_text(
         fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE),
         json.dumps(info, indent=2, sort_keys=True) + "\n",
@@ -188,9 +212,11 @@ def _write_export_info(saved_model_dir, translator, name):
 def _save(translator, directory, name, warmup_sentences, verify, check_ops, progress):
     """Write and check a complete version in `directory` (a fresh temporary directory)."""
     with tempfile.TemporaryDirectory() as scratch:
-        tokenizer_file = Path(scratch) / TOKENIZER_ASSET
-        tokenizer_file.write_bytes(translator.tokenizer.model_proto)
-        module = ServingModule(translator, tokenizer_file)
+        tokenizer_files = []
+        for file_name, data in tokenizer_assets(translator.tokenizer).items():
+            tokenizer_files.append(Path(scratch) / file_name)
+            tokenizer_files[-1].write_bytes(data)
+        module = ServingModule(translator, tokenizer_files)
         progress(f"Tracing the {len(SIGNATURES)} signatures and saving the SavedModel")
         with fs.os_errors(directory):
             tf.saved_model.save(module, str(directory), signatures=module.signatures())

@@ -476,12 +476,21 @@ def _found_on_disk(directory):
 def read_model_weights(model, path):
     """Load the model weights of a trainer checkpoint (`tf.train.Checkpoint(model=...)`) into `model`.
 
-    Optimizer state in the checkpoint is ignored; every model variable must be found.
+    Each of the model's variables is read by its path (`decoder_layer_2/feed_forward/...`),
+    the name the checkpoint records for it, when the checkpoint names every one of them once
+    with its shape: a checkpoint written before the model's layers were created in another
+    order still loads, where matching the object graph would miss, or swap, same-shaped
+    weights. Otherwise (a layer renamed since) the object graph is matched, as TensorFlow
+    restores. Optimizer state in the checkpoint is ignored; every model variable must be found.
 
     Raises:
         UnreadableCheckpointError: naming the checkpoint and why its files cannot be read.
+        CheckpointReadError: the checkpoint does not hold this model's weights (one line
+            naming a missing one).
     """
     try:
+        if _read_weights_by_path(model, path):
+            return model
         tf.train.Checkpoint(model=model).read(
             str(path)
         ).expect_partial().assert_existing_objects_matched()
@@ -489,7 +498,45 @@ def read_model_weights(model, path):
         raise UnreadableCheckpointError(
             f"Cannot read checkpoint {path}: {unreadable_reason(error)}"
         ) from None
+    except AssertionError:
+        missing = [v.path for v in model.weights if v.path not in _checkpoint_keys(path)[1]]
+        raise CheckpointReadError(
+            f"Checkpoint {path} does not hold this model's weights: {len(missing)} of "
+            f"{len(model.weights)} not found (the first: {missing[:1] or '?'}); was it written "
+            "by a run of another model or config?"
+        ) from None
     return model
+
+
+def _checkpoint_keys(path):
+    """A checkpoint's reader and `{variable name: [its keys]}` from the object graph it records."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    reader = tf.train.load_checkpoint(str(path))
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    keys = {}
+    for node in graph.nodes:
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE":
+                keys.setdefault(attribute.full_name, []).append(attribute.checkpoint_key)
+    return reader, keys
+
+
+def _read_weights_by_path(model, path):
+    """Assign every model variable the checkpoint value recorded under its path; False (and
+    nothing assigned) unless the checkpoint names each once, with the variable's shape."""
+    reader, keys = _checkpoint_keys(path)
+    shapes = reader.get_variable_to_shape_map()
+    found = []
+    for variable in model.weights:
+        variable_keys = keys.get(variable.path, ())
+        if len(variable_keys) != 1 or shapes[variable_keys[0]] != list(variable.shape):
+            return False
+        found.append((variable, variable_keys[0]))
+    for variable, key in found:
+        variable.assign(tf.cast(reader.get_tensor(key), variable.dtype))
+    return True
 
 
 def average_checkpoints(model, paths):

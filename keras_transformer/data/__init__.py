@@ -1,4 +1,5 @@
-"""Data for translation: corpora, a built-in task, SentencePiece and tf.data batching.
+"""Data for translation: corpora, a built-in task, SentencePiece (and Marian's tokenizer pair) and
+tf.data batching.
 
 Example:
     >>> from keras_transformer.data import (Tokenizer, builtin_task, make_dataset,
@@ -22,6 +23,7 @@ from keras_transformer.data.corpus import (
     read_lines,
     read_parallel,
 )
+from keras_transformer.data.marian import MarianTokenizer, marian_id_map, read_marian_files
 from keras_transformer.data.pipeline import (
     default_bucket_boundaries,
     make_dataset,
@@ -40,6 +42,7 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "MULTI30K_URL",
+    "MarianTokenizer",
     "PAD_ID",
     "UNK_ID",
     "Tokenizer",
@@ -50,8 +53,10 @@ __all__ = [
     "load_multi30k",
     "load_wmt14",
     "make_dataset",
+    "marian_id_map",
     "padding_fraction",
     "read_lines",
+    "read_marian_files",
     "read_parallel",
     "train_sentencepiece",
 ]

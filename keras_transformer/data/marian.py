@@ -353,10 +353,25 @@ class MarianTokenizer(tf.Module):
         MarianFilesError: one line naming a missing or bad file.
 
     Example:
-        >>> tokenizer = MarianTokenizer("opus-mt-en-de")
-        >>> ids = tokenizer.tokenize(["A dog runs."])
-        >>> tokenizer.detokenize(tokenizer.tokenize_target(["Ein Hund läuft."])).numpy()
-        array([b'Ein Hund l\\xc3\\xa4uft.'], dtype=object)
+        A pair made of one SentencePiece model, in Marian's layout:
+
+        >>> import json, os, shutil
+        >>> from keras_transformer.data import Tokenizer
+        >>> tokenizer = Tokenizer("runs/builtin_tiny/spm.model")
+        >>> pieces = [tokenizer.id_to_piece(i) for i in range(4, tokenizer.vocabulary_size)]
+        >>> vocabulary = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+        >>> vocabulary["<pad>"] = len(vocabulary)
+        >>> os.makedirs("pair")
+        >>> for name in ("source.spm", "target.spm"):
+        ...     _ = shutil.copy("runs/builtin_tiny/spm.model", f"pair/{name}")
+        >>> with open("pair/vocab.json", "w") as file:
+        ...     json.dump(vocabulary, file)
+        >>> pair = MarianTokenizer("pair")
+        >>> pair.vocabulary_size == len(vocabulary) + 1
+        True
+        >>> ids = pair.tokenize_target(["einundzwanzig"])
+        >>> pair.detokenize(ids).numpy()
+        array([b'einundzwanzig'], dtype=object)
     """
 
     def __init__(self, files, name="marian_tokenizer"):

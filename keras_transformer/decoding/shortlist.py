@@ -137,14 +137,13 @@ class VocabularyMap:
 
 def run_vocabulary_map(model_dir, per_source=10, frequent=300):
     """`VocabularyMap.build` over a run's training pairs (its `config.json`'s data), tokenized
-    with the run's SentencePiece model."""
-    from keras_transformer.data.tokenizer import Tokenizer
-    from keras_transformer.runs import load_run_pairs, tokenizer_path  # runs imports the model
+    with the run's tokenizer (`runs.run_tokenizer`)."""
+    from keras_transformer.runs import load_run_pairs, run_tokenizer  # runs imports the model
 
-    tokenizer = Tokenizer(tokenizer_path(model_dir))
+    tokenizer = run_tokenizer(model_dir)
     pairs = load_run_pairs(model_dir, "train")
     sources = tokenizer.tokenize([source for source, _ in pairs]).to_list()
-    targets = tokenizer.tokenize([target for _, target in pairs]).to_list()
+    targets = tokenizer.tokenize_target([target for _, target in pairs]).to_list()
     return VocabularyMap.build(
         zip(sources, targets), tokenizer.vocabulary_size, per_source, frequent
     )

@@ -215,6 +215,18 @@ MODELS = {
         positional="learned",
         tie_output=False,
     ),
+    # OPUS-MT's (Marian's) options: sin || cos positions, SiLU, a final-logits bias (set to
+    # random values by the reference) and a target vocabulary of its own.
+    "transformer_marian": dict(
+        MODEL_CONFIG,
+        vocabulary_size=40,
+        share_embeddings=False,
+        target_vocabulary_size=MODEL_CONFIG["vocabulary_size"],
+        sinusoid_layout="concatenated",
+        activation="silu",
+        final_logits_bias=True,
+        layer_norm_epsilon=1e-5,
+    ),
 }
 # A tiny parsing model (`check_parsing`): word positions, encoder-decoder attention within
 # the current word, and every search under the tree constraint over a vocabulary of tree
@@ -228,7 +240,12 @@ SEARCHED_MODELS = (*MODELS, PARSING_MODEL)
 # The reference builds each model from a fixed seed: random weights this small mostly repeat
 # one token, and these seeds give searches that differ from step to step (and, windowed,
 # hypotheses that end with EOS at different lengths), see `check_search`.
-MODEL_SEEDS = {"transformer": 3, "transformer_windowed": 1, PARSING_MODEL: 1}
+MODEL_SEEDS = {
+    "transformer": 3,
+    "transformer_windowed": 1,
+    "transformer_marian": 3,
+    PARSING_MODEL: 1,
+}
 SOURCE_LENGTHS, TARGET_LENGTHS = [7, 4], [6, 3]
 SOURCE_LENGTH, TARGET_LENGTH = 7, 6
 MODEL_OUTPUTS = ("logits", "encoder", "decode", "steps", "steps_growing", "training_rate0")
@@ -603,6 +620,11 @@ def check_model(recorder, out_dir, name):
         keras.utils.set_random_seed(MODEL_SEEDS[name])
         model = Transformer(config)
         model(inputs)
+        if model.logits_bias is not None:  # zeros at first: a bias that changes the logits
+            bias = np.random.default_rng(MODEL_SEEDS[name]).normal(
+                0.0, 1.0, (config.decoder_vocabulary_size,)
+            )
+            model.logits_bias.bias.assign(bias.astype("float32"))
         model.save(out_dir / f"{name}.keras")
         model.save_weights(out_dir / f"{name}.weights.h5")
         np.savez(out_dir / f"{name}.get_weights.npz", *model.get_weights())

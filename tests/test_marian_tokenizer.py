@@ -501,6 +501,18 @@ def test_export_of_a_run_with_the_pair_answers_text_in_a_clean_runtime(marian_ru
     served = call_signature_in_runtime(python, version, "score", source=texts, target=targets)
     np.testing.assert_allclose(served["log_probability"], score.numpy(), atol=1e-4)
 
+    # translate.py reads the same run through runs.run_tokenizer and prints the same texts.
+    printed = run_script(
+        "translate.py",
+        f"--model_dir={marian_run}",
+        "--beam_size=2",
+        "--max_output_offset=8",
+        stdin="".join(f"{text}\n" for text in texts if text),
+    ).stdout.splitlines()
+    assert printed == [
+        text.decode() for text, source in zip(expected["translation"].numpy(), texts) if source
+    ]
+
 
 def test_score_splits_targets_with_the_target_model(marian_run):
     """The export's `score` (the forced-decoding log-probability): the target is `transformers`'

@@ -14,6 +14,13 @@ With --quantization=int8 the model is first quantized with Keras' `model.quantiz
 writes the CTranslate2 model directory `ctranslate2_models/builtin_tiny/` (see
 docs/ctranslate2.md) and prints a translation made with it (the run config's beam size and
 offset unless given, no length penalty). Its decoding settings are chosen when translating.
+
+    python experiments/export.py --model_dir=runs/opus_en_de --format=transformers
+
+writes `transformers_models/opus_en_de/`, which `MarianMTModel.from_pretrained` and
+`MarianTokenizer.from_pretrained` load: a run imported from OPUS-MT (experiments/import_model.py),
+fine-tuned or not (docs/pretrained.md). A run whose options Marian cannot express is refused
+in one line naming the option.
 """
 
 import os
@@ -43,8 +50,12 @@ from keras_transformer.export import (
 from keras_transformer.export.parser import ParsingModule, is_parsing_run
 from keras_transformer.runs import TOKENIZER_FILE, read_run_config
 
-FORMATS = ("saved_model", "ctranslate2")
-DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "ctranslate2": "ctranslate2_models"}
+FORMATS = ("saved_model", "ctranslate2", "transformers")
+DEFAULT_EXPORT_DIRS = {
+    "saved_model": "saved_models",
+    "ctranslate2": "ctranslate2_models",
+    "transformers": "transformers_models",
+}
 
 flags.DEFINE_string(
     "model_dir", None, "Run directory written by experiments/train.py.", required=True
@@ -54,7 +65,8 @@ flags.DEFINE_enum(
     "format",
     "saved_model",
     list(FORMATS),
-    "A SavedModel for TF Serving, or a CTranslate2 model directory.",
+    "A SavedModel for TF Serving, a CTranslate2 model directory, or a transformers MarianMTModel "
+    "directory (a run imported from OPUS-MT, docs/pretrained.md).",
 )
 flags.DEFINE_enum(
     "quantization",
@@ -63,11 +75,14 @@ flags.DEFINE_enum(
     "Weight type: int8 quantizes a SavedModel's model with Keras' model.quantize('int8') (docs/serving.md), or "
     "writes CTranslate2's int8 weights (docs/ctranslate2.md).",
 )
-flags.DEFINE_bool("overwrite", False, "Replace an existing CTranslate2 model directory.")
+flags.DEFINE_bool(
+    "overwrite", False, "Replace an existing CTranslate2 or transformers model directory."
+)
 flags.DEFINE_string(
     "export_dir",
     None,
-    "Root of the exported models (default: saved_models, or ctranslate2_models for CTranslate2).",
+    "Root of the exported models (default: saved_models, ctranslate2_models for CTranslate2, "
+    "transformers_models for transformers).",
 )
 flags.DEFINE_string(
     "name",
@@ -121,6 +136,9 @@ def main(argv):
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0], method="beam")
     if FLAGS.format == "ctranslate2":
         export_for_ctranslate2(export_dir, options)
+        return
+    if FLAGS.format == "transformers":
+        export_for_transformers(export_dir, options)
         return
     progress(f"Loading {FLAGS.model_dir}")
     module = (
@@ -245,6 +263,32 @@ def export_for_ctranslate2(export_dir, options):
     print(
         f"Sample (loaded export): {sample!r} -> {translation!r} (log-probability {scores[0]:.4f})"
     )
+
+
+def export_for_transformers(export_dir, options):
+    """`--format=transformers`: write the MarianMTModel directory, translate the sample with it
+    (`MarianMTModel.generate` with `options`' beam size, greedy at 1; its own length penalty)."""
+    from keras_transformer.pretrained import export_marian
+
+    name = FLAGS.name or fs.name(FLAGS.model_dir)
+    path = fs.join(export_dir, name)
+    if fs.exists(path) and not FLAGS.overwrite:
+        raise app.UsageError(f"{path} exists: pass --overwrite to replace it")
+    export_marian(FLAGS.model_dir, path, FLAGS.checkpoint, FLAGS.average_last)
+    print(f"Exported {path} (transformers: MarianMTModel, MarianTokenizer)")
+    from transformers import MarianMTModel, MarianTokenizer
+
+    model = MarianMTModel.from_pretrained(str(path)).eval()
+    tokenizer = MarianTokenizer.from_pretrained(str(path))
+    sample = FLAGS.sample or FLAGS.warmup_sentences[0]
+    inputs = tokenizer([sample], return_tensors="pt")
+    generated = model.generate(
+        **inputs,
+        num_beams=options.beam_size,
+        max_new_tokens=inputs["input_ids"].shape[1] + options.max_output_offset,
+    )
+    translation = tokenizer.decode(generated[0], skip_special_tokens=True)
+    print(f"Sample (loaded export): {sample!r} -> {translation!r}")
 
 
 if __name__ == "__main__":

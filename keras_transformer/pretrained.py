@@ -349,6 +349,7 @@ def marian_config_dict(config, vocabulary):
         "forced_eos_token_id": eos,
         "bad_words_ids": [[pad]],
         "num_beams": config.beam_size,
+        "max_length": config.max_length,
         "is_encoder_decoder": True,
     }
 
@@ -516,9 +517,9 @@ def read_marian(source):
     return model, config, files, marian
 
 
-def write_weights_checkpoint(model, model_dir):
-    """Write `model`'s weights as the run's first checkpoint, `checkpoints/ckpt-0`, listed in the
-    state file: no optimizer state, so training from it starts the schedule at step 0."""
+def write_weights_checkpoint(model, model_dir, step=0):
+    """Write `model`'s weights as the run's checkpoint `checkpoints/ckpt-<step>`, listed in the
+    state file, with no optimizer state: training from `ckpt-0` starts the schedule at step 0."""
     import tensorflow as tf
 
     from keras_transformer.runs import checkpoint_dir
@@ -527,7 +528,7 @@ def write_weights_checkpoint(model, model_dir):
     manager = checkpoint_manager(
         tf.train.Checkpoint(model=model), checkpoint_dir(model_dir), max_to_keep=None
     )
-    return save_checkpoint(manager, 0)
+    return save_checkpoint(manager, step)
 
 
 def fine_tune_flags(config, model_dir):
@@ -578,43 +579,41 @@ def import_marian(source, model_dir):
     return model_dir
 
 
-def export_marian(model_dir, output_dir, checkpoint=None):
-    """Write run `model_dir` (its latest checkpoint, or `checkpoint`) as a Marian directory
-    that `MarianMTModel.from_pretrained` and `MarianTokenizer.from_pretrained` load.
+def export_marian(model_dir, output_dir, checkpoint=None, average_last=None):
+    """Write run `model_dir` as a Marian directory that `MarianMTModel.from_pretrained` and
+    `MarianTokenizer.from_pretrained` load: its weights as `runs.load_run` reads them (the
+    latest checkpoint, `checkpoint`, or the average of the last `average_last`).
 
-    The run must be one Marian can express (`check_marian_expressible`) and have a Marian
-    tokenizer (imported with `import_marian`).
+    The run must be one Marian can express (`check_marian_expressible`) and tokenize with a
+    Marian pair (a run written by `import_marian`, fine-tuned or not).
 
     Returns:
         `output_dir`.
 
     Raises:
-        MarianFormatError: one line naming the option Marian cannot express, or the missing
-            tokenizer file.
+        MarianFormatError: one line naming the option Marian cannot express, or saying that
+            the run's tokenizer is not a Marian pair.
     """
     from keras_transformer import runs
 
     config, _ = runs.read_run_config(model_dir)
     check_marian_expressible(config, str(model_dir))
+    if not runs.has_marian_tokenizer(model_dir):
+        raise MarianFormatError(
+            f"Marian cannot express {model_dir}: its tokenizer is {runs.TOKENIZER_FILE}, not a "
+            f"Marian pair ({', '.join(MARIAN_FILES)}; a run imported with import_model.py has one)"
+        )
     try:
         files = read_marian_files(model_dir)
     except MarianFilesError as error:
-        raise MarianFormatError(
-            f"Marian cannot express {model_dir}: its tokenizer is not Marian's ({error})"
-        ) from None
+        raise MarianFormatError(str(error)) from None
     vocabulary = files.source_vocabulary
     if files.separate_vocabularies or vocabulary.size + 1 != config.vocabulary_size:
         raise MarianFormatError(
             f"Marian cannot express {model_dir}: vocabulary_size={config.vocabulary_size} is not "
             f"{vocabulary.path}'s {vocabulary.size} ids plus our start id"
         )
-    from keras_transformer.models.transformer import build_model
-
-    model = build_model(config)
-    path = runs.resolve_checkpoint(model_dir, checkpoint) or runs.latest_checkpoint(model_dir)
-    if not path:
-        raise MarianFormatError(f"No checkpoint in {runs.checkpoint_dir(model_dir)}")
-    runs.read_model_weights(model, path)
+    model, _, _ = runs.load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
     weights = model_to_marian(model, config, vocabulary.id_map())
     _save_marian(weights, marian_config_dict(config, vocabulary), files, output_dir)
     return output_dir

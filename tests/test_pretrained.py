@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from keras_transformer import pretrained  # noqa: E402
-from keras_transformer.data.marian import marian_id_inverse  # noqa: E402
+from keras_transformer.data.marian import marian_id_inverse, marian_row_map  # noqa: E402
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 
@@ -227,3 +227,137 @@ def test_beam_search_returns_their_generate_ids(marian):
     assert _our_outputs(np.asarray(token_ids)[:, 0]) == expected
     greedy = _their_outputs(theirs, tokenizer, id_map, num_beams=1)[0]
     assert expected != greedy  # the beam found other outputs than greedy search
+
+
+# --- back to transformers ---
+
+
+@pytest.fixture(scope="session")
+def imported_run(marian_dir, tmp_path_factory):
+    """`import_marian` of `marian_dir`; treat it as read-only."""
+    return pretrained.import_marian(marian_dir, tmp_path_factory.mktemp("imported") / "run")
+
+
+def test_export_loads_in_transformers_with_our_logits(marian, imported_run, tmp_path):
+    """A run whose weights moved (as fine-tuning moves them, the start row too) comes back as a
+    MarianMTModel and MarianTokenizer with our logits; its start row is our BOS row."""
+    from keras_transformer.runs import load_run
+
+    _, tokenizer, _, _, files = marian
+    run = tmp_path / "run"
+    shutil.copytree(imported_run, run)
+    model, _, config = load_run(run)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        variable.assign(variable.numpy() + 0.1 * rng.standard_normal(variable.shape))
+    pretrained.write_weights_checkpoint(model, run, step=1)
+    exported = pretrained.export_marian(run, tmp_path / "exported")
+    theirs = transformers.MarianMTModel.from_pretrained(str(exported)).eval()
+    their_tokenizer = transformers.MarianTokenizer.from_pretrained(str(exported))
+    assert their_tokenizer(SOURCES)["input_ids"] == tokenizer(SOURCES)["input_ids"]
+    id_map = files.source_vocabulary.id_map()
+    batch, decoder_ids, real, source_ids, target_ids = _batch(their_tokenizer, id_map)
+    expected = _their_logits(theirs, batch, decoder_ids)
+    logits = np.asarray(model({"source_ids": source_ids, "target_ids": target_ids}))
+    # Marian's pad column is our BOS row's (`marian_row_map`); our PAD row is not exported.
+    difference = np.abs(logits[real][:, marian_row_map(id_map)] - expected[real])
+    assert difference.max() <= 1e-4, difference.max()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("sinusoid_layout", "interleaved"), ("normalize_first", True), ("final_logits_bias", False)],
+)
+def test_export_refuses_what_marian_cannot_express(imported_run, tmp_path, field, value):
+    from keras_transformer import runs
+
+    config, payload = runs.read_run_config(imported_run)
+    runs.write_run_config(
+        tmp_path, {**payload, "model": config.replace(**{field: value}).to_dict()}
+    )
+    with pytest.raises(pretrained.MarianFormatError) as error:
+        pretrained.export_marian(tmp_path, tmp_path / "exported")
+    assert f"{field}={value!r}" in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "exported").exists()
+
+
+def test_export_refuses_a_run_without_a_marian_tokenizer(imported_run, tmp_path):
+    from keras_transformer import runs
+
+    _, payload = runs.read_run_config(imported_run)
+    runs.write_run_config(tmp_path, payload)
+    (tmp_path / "spm.model").write_bytes((imported_run / "source.spm").read_bytes())
+    with pytest.raises(
+        pretrained.MarianFormatError, match="its tokenizer is spm.model, not a Marian pair"
+    ):
+        pretrained.export_marian(tmp_path, tmp_path / "exported")
+
+
+# --- what an import refuses, in one line ---
+
+
+def _broken_copy(marian_dir, tmp_path, config=None, remove=()):
+    copy = tmp_path / "marian"
+    shutil.copytree(marian_dir, copy)
+    if config:
+        path = copy / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    for name in remove:
+        (copy / name).unlink()
+    return copy
+
+
+@pytest.mark.parametrize(
+    "config, remove, message",
+    [
+        ({"normalize_before": True}, (), "normalize_before=True is not supported"),
+        ({"scale_embedding": False}, (), "scale_embedding=False is not supported"),
+        ({"activation_function": "gelu"}, (), "activation_function='gelu' is not supported"),
+        (
+            {"decoder_attention_heads": 4},
+            (),
+            "decoder_attention_heads=4 is not supported: it differs",
+        ),
+        ({"decoder_ffn_dim": 64}, (), "decoder_ffn_dim=64 is not supported: it differs"),
+        ({"share_encoder_decoder_embeddings": False}, (), "share_encoder_decoder_embeddings=False"),
+        ({"model_type": "bart"}, (), "model_type='bart', expected 'marian'"),
+        (
+            {"encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
+            (),
+            "model.encoder.layers.0.fc1.weight has shape (32, 16), config.json says (64, 16)",
+        ),
+        ({"encoder_layers": 3}, (), "has no weight model.encoder.layers.2.self_attn.q_proj.weight"),
+        ({"vocab_size": 100, "decoder_vocab_size": 100}, (), "vocab_size=100 disagrees with"),
+        (None, ("source.spm",), "Missing Marian SentencePiece model: "),
+        (None, ("vocab.json",), "Missing Marian vocabulary file: "),
+        (
+            None,
+            ("model.safetensors",),
+            "has no weights: expected model.safetensors or pytorch_model.bin",
+        ),
+        (None, ("config.json",), "is not a Marian checkpoint: it has no config.json"),
+    ],
+)
+def test_import_refuses_in_one_line(marian_dir, tmp_path, config, remove, message):
+    source = _broken_copy(marian_dir, tmp_path, config, remove)
+    with pytest.raises(ValueError) as error:
+        pretrained.import_marian(source, tmp_path / "run")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_reads_pytorch_weights_as_safetensors(marian_dir, tmp_path):
+    """`pytorch_model.bin` (torch.load, weights_only) gives the weights model.safetensors gives."""
+    from safetensors.torch import load_file
+
+    source = _broken_copy(marian_dir, tmp_path, remove=("model.safetensors",))
+    torch.save(load_file(str(marian_dir / "model.safetensors")), source / "pytorch_model.bin")
+    weights, path = pretrained.read_marian_weights(source)
+    expected, _ = pretrained.read_marian_weights(marian_dir)
+    assert path.endswith("pytorch_model.bin") and sorted(weights) == sorted(expected)
+    assert all(np.array_equal(weights[name], expected[name]) for name in expected)
+
+
+def test_import_refuses_a_directory_that_holds_a_run(marian_dir, imported_run):
+    with pytest.raises(pretrained.MarianFormatError, match="already holds a run"):
+        pretrained.import_marian(marian_dir, imported_run)

@@ -48,7 +48,7 @@ from keras_transformer.export import (
     validation_sample,
 )
 from keras_transformer.export.parser import ParsingModule, is_parsing_run
-from keras_transformer.runs import TOKENIZER_FILE, read_run_config
+from keras_transformer.runs import read_run_config, run_tokenizer
 
 FORMATS = ("saved_model", "ctranslate2", "transformers")
 DEFAULT_EXPORT_DIRS = {
@@ -223,7 +223,6 @@ def export_for_ctranslate2(export_dir, options):
         )
     import ctranslate2
 
-    from keras_transformer.data.tokenizer import Tokenizer
     from keras_transformer.export.ctranslate2 import export_ctranslate2, translate_ctranslate2
 
     name = FLAGS.name or fs.name(FLAGS.model_dir)
@@ -247,7 +246,7 @@ def export_for_ctranslate2(export_dir, options):
             sample = validation_sample(FLAGS.model_dir)
         except (OSError, ValueError):  # e.g. a corpus directory that moved since training
             sample = FLAGS.warmup_sentences[0]
-    tokenizer = Tokenizer(fs.join(path, TOKENIZER_FILE))  # the copy beside the model
+    tokenizer = run_tokenizer(path)  # the copy beside the model: spm.model or a Marian pair
     with fs.local_copy(path) as local:  # CTranslate2 reads local files only
         translator = ctranslate2.Translator(str(local), device="cpu")
         outputs, scores = translate_ctranslate2(

@@ -304,3 +304,59 @@ def test_export_script_writes_ctranslate2_models(trained_run, tmp_path):
         "shared_vocabulary.json",
         "spm.model",
     ]
+
+
+def test_a_marian_run_exports_and_translates_as_ours(multi30k_dir, tmp_path):
+    """A run with a Marian tokenizer pair of separate vocabularies and every Marian option
+    (random weights): the export holds the pair's files and both vocabularies, and
+    CTranslate2's greedy and beam outputs and log-probabilities are our search's."""
+    from keras_transformer import runs
+    from keras_transformer.data.marian import MarianTokenizer
+    from keras_transformer.models import build_model
+    from keras_transformer.training import TrainOptions
+    from keras_transformer.training.checkpoints import checkpoint_manager, save_checkpoint
+    from keras_transformer.training.trainer import write_run_config
+    from tests.test_marian_tokenizer import write_marian_tokenizer
+
+    run = write_marian_tokenizer(tmp_path / "run", multi30k_dir, separate=True)
+    tokenizer = MarianTokenizer(run)
+    config = get_preset(
+        "tiny",
+        vocabulary_size=tokenizer.vocabulary_size,
+        target_vocabulary_size=tokenizer.target_vocabulary_size,
+        share_embeddings=False,
+        sinusoid_layout="concatenated",
+        activation="silu",
+        final_logits_bias=True,
+        layer_norm_epsilon=1e-5,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        hidden_dim=32,
+        intermediate_dim=48,
+        num_heads=4,
+        max_length=32,
+    )
+    assert vocabulary(tokenizer, target=True) != vocabulary(tokenizer)  # two vocabularies
+    write_run_config(run, config, TrainOptions())
+    model = build_model(config)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+    save_checkpoint(
+        checkpoint_manager(
+            tf.train.Checkpoint(model=model), runs.checkpoint_dir(run), max_to_keep=None
+        ),
+        0,
+    )
+    model_dir = export_ctranslate2(run, tmp_path / "ct2")
+    for name in ("source.spm", "target.spm", "vocab.json", "target_vocab.json"):
+        assert (model_dir / name).read_bytes() == (run / name).read_bytes()
+    assert json.loads((model_dir / "target_vocabulary.json").read_text()) == vocabulary(
+        tokenizer, target=True
+    )
+    assert json.loads((model_dir / "source_vocabulary.json").read_text()) == vocabulary(tokenizer)
+    texts = [source for source, _ in load_pairs("multi30k", "val", data_dir=multi30k_dir)[:12]]
+    loaded = load_run(run)
+    for beam_size in (1, 4):
+        agreement, max_difference = _compare(texts, *loaded, model_dir, beam_size)
+        assert agreement == 1.0 and max_difference <= LOG_PROB_TOLERANCE

@@ -45,6 +45,7 @@ Example:
 PosixPath('ct2/builtin_tiny')
 """
 
+import contextlib
 import dataclasses
 import tempfile
 
@@ -54,7 +55,7 @@ from keras_transformer import fs
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding.options import SearchOptions
 from keras_transformer.models.config import TransformerConfig
-from keras_transformer.runs import TOKENIZER_FILE, load_run, read_run_config
+from keras_transformer.runs import load_run, read_run_config, tokenizer_files
 
 QUANTIZATIONS = ("float32", "int8")
 VMAP_FILE = "vmap.txt"  # CTranslate2's name for a model's vocabulary map
@@ -288,9 +289,15 @@ def transformer_spec(model, pieces, num_positions=None, target_pieces=None):
     return spec
 
 
-def vocabulary(tokenizer):
-    """The tokenizer's pieces in id order, checked against our special ids."""
-    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocabulary_size)]
+def vocabulary(tokenizer, target=False):
+    """The tokenizer's pieces in id order, checked against our special ids; with `target`, its
+    target side's (a tokenizer pair, `data.marian.MarianTokenizer`; the one vocabulary of a
+    `data.Tokenizer`)."""
+    if target and hasattr(tokenizer, "target_vocabulary_size"):
+        size = tokenizer.target_vocabulary_size
+        pieces = [tokenizer.id_to_piece(i, target=True) for i in range(size)]
+    else:
+        pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocabulary_size)]
     for piece_id, piece in SPECIAL_PIECES.items():
         if pieces[piece_id] != piece:
             raise ValueError(
@@ -380,7 +387,10 @@ def export_ctranslate2(
 
     Returns:
         the output directory (a `Path`, or the URL as given). It holds `model.bin`, `config.json`,
-        `shared_vocabulary.json` and the run's `spm.model` (and `vmap.txt` with a map).
+        `shared_vocabulary.json` (`source_vocabulary.json` and `target_vocabulary.json` for a
+        model with a target vocabulary of its own) and the run's tokenizer files (`spm.model`,
+        or a Marian pair's `source.spm`, `target.spm`, `vocab.json`, ...), and `vmap.txt` with
+        a map.
     """
 
     if quantization not in QUANTIZATIONS:
@@ -395,15 +405,18 @@ def export_ctranslate2(
     model, tokenizer, _ = load_run(
         model_dir, checkpoint=checkpoint, average_last=average_last, dtype="float32"
     )
-    with fs.local_copy(fs.join(model_dir, TOKENIZER_FILE)) as tokenizer_file:
+    separate = model.config.target_vocabulary_size is not None
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(fs.local_copy(path)) for path in tokenizer_files(model_dir)]
         return save_ctranslate2(
             model,
             vocabulary(tokenizer),
             output_dir,
             quantization=quantization,
-            files=[tokenizer_file],
+            files=files,
             vocabulary_map=vocabulary_map,
             replace=overwrite,
+            target_pieces=vocabulary(tokenizer, target=True) if separate else None,
         )
 
 
@@ -438,7 +451,7 @@ def translate_ctranslate2(
         for ids in tokenizer.tokenize(list(texts)).to_list()
     ]
     pieces = [tokens[: max_source_length - 1] for tokens in pieces]
-    ids_of = {piece: i for i, piece in enumerate(vocabulary(tokenizer))}
+    ids_of = {piece: i for i, piece in enumerate(vocabulary(tokenizer, target=True))}
     outputs, scores = [None] * len(pieces), [None] * len(pieces)
     by_length = {}
     for index, tokens in enumerate(pieces):

@@ -532,3 +532,16 @@ def test_score_splits_targets_with_the_target_model(marian_run):
         logits = model.decode(tf.constant([[BOS_ID, *labels[:-1]]]), encoded, mask)[0]
         log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()
         assert score == pytest.approx(sum(log_probs[i, t] for i, t in enumerate(labels)), abs=1e-4)
+
+
+def test_attention_maps_show_each_side_in_its_pieces(marian_run):
+    from keras_transformer.visualization.attention import attention_maps
+
+    model, tokenizer, _ = runs.load_run(marian_run)
+    theirs = transformers.MarianTokenizer.from_pretrained(str(marian_run))
+    source, target = "A dog runs.", "Ein Hund läuft."
+    maps = attention_maps(model, tokenizer, source, target=target)
+    assert maps.source_pieces == theirs.convert_ids_to_tokens(theirs(source)["input_ids"])
+    assert maps.target_pieces == theirs.convert_ids_to_tokens(
+        theirs(text_target=target)["input_ids"]
+    )

@@ -305,8 +305,9 @@ class Tokenizer(tf.Module):
         """Id of `</s>` (3)."""
         return EOS_ID
 
-    def id_to_piece(self, piece_id):
-        """The piece string of an id, e.g. `"▁dog"` or `"</s>"`.
+    def id_to_piece(self, piece_id, target=False):
+        """The piece string of an id, e.g. `"▁dog"` or `"</s>"` (`target`: of the target side,
+        the same joint model here; `data.marian.MarianTokenizer` has one per side).
 
         Raises:
             ValueError: if `piece_id` is outside `[0, vocabulary_size)`.

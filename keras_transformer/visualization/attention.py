@@ -108,7 +108,7 @@ def attention_maps(
     if target_ids is None:
         if target is not None:
             target_ids = [
-                int(i) for i in tokenizer.tokenize(tf.constant([target])).to_list()[0]
+                int(i) for i in tokenizer.tokenize_target(tf.constant([target])).to_list()[0]
             ] + [EOS_ID]
         else:
             if translator is None:
@@ -133,12 +133,12 @@ def attention_maps(
     def to_numpy(tensor):
         return np.asarray(tensor, np.float32)[0]
 
-    def pieces(ids):
-        return [tokenizer.id_to_piece(int(i)) for i in ids]
+    def pieces(ids, target=True):
+        return [tokenizer.id_to_piece(int(i), target=target) for i in ids]
 
     translation = tokenizer.detokenize(np.array([target_ids], np.int32)).numpy()[0].decode("utf-8")
     return AttentionMaps(
-        source_pieces=pieces(np.asarray(source_ids)[0]),
+        source_pieces=pieces(np.asarray(source_ids)[0], target=False),
         target_pieces=pieces(target_ids),
         decoder_input_pieces=pieces(decoder_inputs[0]),
         encoder=[to_numpy(scores) for scores in encoder_scores],

@@ -270,3 +270,22 @@ def test_an_old_runs_config_reads_with_the_paper_options():
     config, _ = read_run_config(run)
     assert config.sinusoid_layout == "interleaved" and not config.final_logits_bias
     assert config.decoder_vocabulary_size == config.vocabulary_size
+
+
+def test_an_int8_model_adds_the_bias_in_every_path():
+    """`model.quantize("int8")` keeps the bias float32 and adds it to the int8 projection's
+    logits, in the full pass and in the cached and shortlisted steps alike."""
+    quantized = random_model()
+    quantized.quantize("int8")
+    assert keras.backend.standardize_dtype(quantized.logits_bias.bias.dtype) == "float32"
+    full, real = logits_of(quantized), TARGET != 0
+    np.testing.assert_allclose(cached_logits(quantized, 8)[real], full[real], atol=1e-4)
+    output_ids = np.array([0, 3, 7, 22, 11], "int32")
+    shortlisted = cached_logits(quantized, 8, output_ids=output_ids)
+    np.testing.assert_allclose(shortlisted[real], full[..., output_ids][real], atol=1e-4)
+    bias = ops.convert_to_numpy(quantized.logits_bias.bias)
+    quantized.logits_bias.bias.assign(np.zeros_like(bias))
+    without = logits_of(quantized)
+    np.testing.assert_allclose(
+        (full - without)[real], np.broadcast_to(bias, full.shape)[real], atol=1e-4
+    )

@@ -4,7 +4,9 @@ CTranslate2 (https://github.com/OpenNMT/CTranslate2) is a C++ inference engine f
 Transformer models. `export_ctranslate2` writes a directory it loads with
 `ctranslate2.Translator(path)`: `model.bin` (weights in float32, or int8 with
 `quantization="int8"`), `config.json`, `shared_vocabulary.json` (the SentencePiece pieces
-in id order) and our `spm.model` beside them.
+in id order; `source_vocabulary.json` and `target_vocabulary.json` for a model with a target
+vocabulary of its own) and the run's tokenizer files (`spm.model`, or a Marian pair's)
+beside them.
 
 The model is written as a `ctranslate2.specs.TransformerSpec` that represents ours exactly:
 

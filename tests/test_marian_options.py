@@ -289,3 +289,11 @@ def test_an_int8_model_adds_the_bias_in_every_path():
     np.testing.assert_allclose(
         (full - without)[real], np.broadcast_to(bias, full.shape)[real], atol=1e-4
     )
+
+
+def test_an_ensemble_refuses_models_of_other_target_vocabularies(model):
+    from keras_transformer.decoding.ensemble import Ensemble
+
+    other = random_model(target_vocabulary_size=TARGET_VOCABULARY + 1)
+    with pytest.raises(ValueError, match=r"\(31, 23\), \(31, 24\)"):
+        Ensemble([model, other])

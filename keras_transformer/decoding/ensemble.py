@@ -84,10 +84,14 @@ class Ensemble:
         self.models = tuple(models)
         if not self.models:
             raise ValueError("An ensemble needs at least one model")
-        sizes = [model.config.vocabulary_size for model in self.models]
+        sizes = [
+            (model.config.vocabulary_size, model.config.decoder_vocabulary_size)
+            for model in self.models
+        ]
         if len(set(sizes)) > 1:
             raise ValueError(
-                f"The models of an ensemble share one vocabulary; their vocabulary sizes: {sizes}"
+                "The models of an ensemble share one vocabulary; their (source, target) "
+                f"vocabulary sizes: {sizes}"
             )
         positions = {(model.config.positional, model.config.max_length) for model in self.models}
         if len(positions) > 1 and any(positional == "learned" for positional, _ in positions):

@@ -9,6 +9,14 @@ Writes `OUT_DIR/<case>.json` (and `.npz` of weights) for each case in `CASES`:
   overflow; under float32/bfloat16 its gradients are NaN through the same marker, see
   tests/fault_injection.py) and another clean one; `reference_<precision>_accum<k>` sees
   the two clean ones only. The record holds steps, skips, loss scale and weights.
+- `fit_<kind>_<precision>_accum<k>`: the same by `model.fit` on two replicas (with `k=2`, the
+  optimizer's `gradient_accumulation_steps`): an update whose first batch is marked on the
+  second replica, or not (`reference`).
+- `skip_<path>_<precision>`: the custom loop (`loop`) and `model.fit` (`fit`) on two replicas,
+  updates of 2 micro-batches: the second update's second micro-batch is marked on the second
+  replica; `skip_reference_float32` (the loop) never sees that update. Every global
+  micro-batch holds the same real tokens, so the loop's per-token mean over an update is
+  `fit`'s mean of its micro-batches' means: the two paths make the same updates.
 - `consecutive_skips`: every second replica's batch overflows; `max_consecutive_skips=3`.
 - `dropout`: the model with dropout 0.3 called by two replicas on the same batch, twice
   from the same seed: the replicas' outputs and the reruns'.
@@ -70,6 +78,10 @@ FIT_OVERFLOW_CASES = tuple(
     for precision in ("mixed_float16", "float32")
     for accum in (1, 2)
 )
+SKIP_PRECISIONS = ("float32", "mixed_float16")
+SKIP_CASES = tuple(
+    f"skip_{path}_{precision}" for path in ("loop", "fit") for precision in SKIP_PRECISIONS
+) + ("skip_reference_float32",)
 FIT_SPLITS = {
     "fit_split_2_1": 11,
     "fit_split_1_0": 9,
@@ -83,6 +95,7 @@ CASES = (
     tuple(LOOP_SPLITS)
     + OVERFLOW_CASES
     + FIT_OVERFLOW_CASES
+    + SKIP_CASES
     + tuple(FIT_SPLITS)
     + tuple(f"{case}_reference" for case in FIT_SPLITS)
     + (
@@ -189,11 +202,8 @@ def fit_overflow_case(case):
     precision, accum = rest.rsplit("_accum", 1)
     accum = int(accum)
     steps = [global_batch(step) for step in range(2 * accum)]
-    if kind == "overflow":  # the second replica's half of one global batch is marked
-        inputs, labels = steps[0]
-        labels = labels.copy()
-        labels[HALF:] = poison(labels[HALF:])
-        steps.insert(1, (inputs, labels))
+    if kind == "overflow":  # an update whose first batch is marked on the second replica
+        steps[accum:accum] = [_marked(steps[0])] + steps[:accum][1:]
     keras.utils.set_random_seed(0)
     with strategy(1 if case.endswith("_one_device") else 2).scope():
         model = Transformer(get_preset("tiny", **CONFIG), dtype=precision)
@@ -205,6 +215,66 @@ def fit_overflow_case(case):
     return model, {
         "iterations": int(model.optimizer.iterations.numpy()),
         "loss_scale": _scale(model),
+    }
+
+
+def _marked(batch):
+    """A global batch whose second half (the second replica's) is marked."""
+    inputs, labels = batch
+    labels = labels.copy()
+    labels[HALF:] = poison(labels[HALF:])
+    return inputs, labels
+
+
+def skip_case(case, out_dir):
+    """Three updates of two global micro-batches (two replicas), the second update's second
+    micro-batch marked on the second replica, by the loop or `fit`; the loop without that
+    update (`skip_reference_*`)."""
+    path, precision = case[len("skip_") :].split("_", 1)
+    updates = [
+        [global_batch(0), global_batch(1)],
+        [global_batch(0), _marked(global_batch(1))],
+        [global_batch(2), global_batch(3)],
+    ]
+    if path == "reference":
+        del updates[1]
+    micro_batches = [batch for update in updates for batch in update]
+    keras.utils.set_random_seed(0)
+    if path == "fit":
+        with strategy().scope():
+            model = Transformer(get_preset("tiny", **CONFIG), dtype=precision)
+            model.compile(
+                optimizer=_optimizer(precision, 2), loss=MarkedLoss(model_label_smoothing())
+            )
+        for inputs, labels in micro_batches:
+            model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
+        return model, {
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "loss_scale": _scale(model),
+        }
+    halves = []
+    for inputs, labels in micro_batches:  # one pipeline feeds the replicas in turn
+        for part in (slice(None, HALF), slice(HALF, None)):
+            halves.append(({key: value[part] for key, value in inputs.items()}, labels[part]))
+    trainer = Trainer(
+        get_preset("tiny", **{**CONFIG, "train_steps": 2}),
+        out_dir / f"run_{case}",
+        TrainOptions(
+            precision=precision,
+            accum_steps=2,
+            log_every=1,
+            checkpoint_every=100,
+            progress=False,
+            on_nonfinite="stop" if precision == "mixed_float16" else "skip",
+        ),
+        strategy(),
+        optimizer=lambda: _optimizer(precision),
+    )
+    results = trainer.train(lambda context: dataset_of(halves))
+    return trainer, {
+        "step": results["step"],
+        "skipped": trainer.skipped_steps,
+        "loss_scale": _scale(trainer),
     }
 
 
@@ -432,6 +502,9 @@ def main(out_dir, cases):
             elif case in FIT_OVERFLOW_CASES or case.endswith("_one_device"):
                 MarkedLoss.overflow = "float16" in case
                 trainer, record = fit_overflow_case(case)
+            elif case in SKIP_CASES:
+                MarkedLoss.overflow = "float16" in case
+                trainer, record = skip_case(case, out_dir)
             elif case == "fit_accumulation_by_hand":
                 trainer, record = accumulation_by_hand()
             elif case.startswith("fit_split"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.scale_harness import CASES, OVERFLOW_RUNS
+from tests.scale_harness import CASES, OVERFLOW_RUNS, SKIP_PRECISIONS
 from tests.scripts import script_environment
 from tests.test_dropout import correlation, keep_probability, z_of_dispersion
 
@@ -131,7 +131,7 @@ def test_resume_with_other_replicas_and_accumulation_continues_at_the_same_examp
 def test_fit_never_applies_a_nonfinite_gradient_of_either_replica(records, case):
     overflow, reference = records[case], records[case.replace("fit_overflow", "fit_reference")]
     assert np.isfinite(overflow["weights"]).all()
-    assert overflow["iterations"] == reference["iterations"]  # the dropped update is not counted
+    assert overflow["iterations"] == reference["iterations"]  # the skipped update is not counted
     # Under float16 the reference's gradients, at twice the scale, round a little differently:
     # up to 1e-4 seen with AVX2, 1.6e-4 with AVX-512.
     np.testing.assert_allclose(
@@ -158,3 +158,21 @@ def test_fit_accumulates_on_two_replicas_and_one_device_as_keras_does_on_one_dev
         records[case]["weights"], records["fit_accumulation_by_hand"]["weights"], rtol=0, atol=1e-6
     )
     assert records[case]["iterations"] == 2
+
+
+@pytest.mark.parametrize("precision", SKIP_PRECISIONS)
+def test_the_loop_and_fit_skip_the_same_update_and_then_make_the_same_updates(records, precision):
+    loop, fit = records[f"skip_loop_{precision}"], records[f"skip_fit_{precision}"]
+    # The update whose second micro-batch is non-finite on the second replica is skipped whole,
+    # once, by both paths: the first and third updates are applied, and nothing of the second.
+    assert loop["step"] == fit["iterations"] == 2 and loop["skipped"] == 1
+    assert np.isfinite(fit["weights"]).all()
+    if precision == "float32":
+        np.testing.assert_array_equal(loop["weights"], records["skip_reference_float32"]["weights"])
+    else:  # the scale lowered once by both, from the 2**8 the harness starts at
+        assert loop["loss_scale"] == fit["loss_scale"] == 2.0**7
+    # Under float16, fit's gradients of each micro-batch's mean (the loop's: of the update's sum)
+    # round differently.
+    np.testing.assert_allclose(
+        fit["weights"], loop["weights"], rtol=0, atol=5e-4 if precision == "mixed_float16" else 1e-6
+    )

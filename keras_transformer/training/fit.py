@@ -8,15 +8,15 @@ Keras' own TensorFlow steps differ from ours in four ways, three of which show o
   flag is all-reduced first; the update is applied (by the compiled optimizer, as Keras
   does) only if no replica holds a NaN or Inf, else skipped everywhere, with a loss-scale
   optimizer's scale halved once. A skipped update does not move `optimizer.iterations`.
-- **Gradient accumulation on any number of replicas.** Keras' own accumulation
-  (`gradient_accumulation_steps=k` on the optimizer) takes its update-or-accumulate branch
-  inside a replica's `cond`, which tf.distribute cannot run. Here the same semantics are
-  taken in the cross-replica decision: each replica adds its batch's gradients to its own
-  accumulators, and every k-th finite batch the optimizer applies the mean of the k
-  batches' gradients (all-reduced once, as Keras does on one device). A batch with a NaN or
-  Inf on any replica is dropped on every replica and not counted; under loss scaling the
-  halved scale also halves what was accumulated, so every batch of an update is unscaled by
-  the same factor.
+- **Gradient accumulation on any number of replicas, by the custom loop's rule.** Keras'
+  own accumulation (`gradient_accumulation_steps=k` on the optimizer) takes its
+  update-or-accumulate branch inside a replica's `cond`, which tf.distribute cannot run.
+  Here `training.update.Accumulation` takes the decision in a cross-replica context, as the
+  custom loop does: each replica adds its batch's gradients to its own accumulators (Keras'
+  own), and every k-th batch the optimizer applies the mean of the k batches' gradients
+  (all-reduced once, as Keras does on one device) only if all k were finite on every
+  replica; otherwise the whole update is skipped (the k batches not counted in
+  `optimizer.iterations`, the loss scale halved once) and the accumulators are cleared.
 - **The loss is computed on the real target positions.** With `LabelSmoothedCrossEntropy`,
   and no sample weights or compiled metrics (which see the `(B, T)` layout), the loss takes
   the model's logits at the real target positions only (`Transformer.real_target_logits`):
@@ -35,9 +35,8 @@ from keras import ops
 
 from keras_transformer.training.loss import global_token_count, labels_and_logits
 from keras_transformer.training.update import (
+    Accumulation,
     finite_everywhere,
-    nonfinite,
-    skip_update,
     sum_over_replicas,
 )
 
@@ -67,79 +66,73 @@ def test_step(model, data):
 
 
 def apply_if_finite(optimizer, grads, variables):
-    """Apply `grads` on every replica if none of them holds a NaN or Inf, else on none.
+    """Take one batch's `grads` into the update; apply the update on every replica if it is due
+    and finite on all of them, else skip it on all of them (`training.update.Accumulation`).
 
     Called in a replica context (Keras' train step). The decision is taken in a
     cross-replica context (`merge_call`), as `LossScaleOptimizer` takes its own, since a
     branch that applies gradients cannot sit in a replica context's `cond`. With
-    `gradient_accumulation_steps=k` the gradients are accumulated and every k-th finite batch
-    makes the update (the module docstring). The decision's rules are `training.update`'s,
-    the custom loop's.
+    `gradient_accumulation_steps=k` an update is made of k batches (the module docstring).
     """
-    bad = sum_over_replicas(nonfinite(grads))
     if (
         not optimizer.built
     ):  # as `optimizer.apply` does: Keras builds it at the first step on one device
         with keras.name_scope(optimizer.name, caller=optimizer):
             optimizer.build(variables)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    steps = inner.gradient_accumulation_steps
+    steps = inner.gradient_accumulation_steps or 1
+    accumulation = Accumulation(
+        optimizer,
+        steps,
+        [inner._accumulated_gradients[inner._get_variable_index(v)].value for v in variables]
+        if steps > 1
+        else (),
+    )
+    bad = sum_over_replicas(accumulation.nonfinite(grads))
 
     def decide(distribution, grads, bad):
         bad = distribution.experimental_local_results(bad)[0]  # the same on every replica
-        accumulators = (
-            [inner._accumulated_gradients[inner._get_variable_index(v)] for v in variables]
-            if steps
-            else []
-        )
+        if steps == 1:
+
+            def apply():
+                distribution.extended.call_for_each_replica(
+                    optimizer.apply, args=(grads, variables)
+                )
+
+            accumulation.finish(distribution, finite_everywhere(bad), apply)
+            return
+        accumulation.add(distribution, grads)
 
         def apply():
-            distribution.extended.call_for_each_replica(optimizer.apply, args=(grads, variables))
-
-        def accumulate():
-            for grad, accumulator in zip(grads, accumulators):  # each replica into its own copy
-                if grad is not None:
-                    distribution.extended.update(accumulator.value, _add, args=(grad,), group=False)
-            inner._iterations.assign_add(1)
-
-        def update():
-            # This is Keras' update branch: its own is off while the replicas' calls are traced.
+            # Keras' own update branch is off while the replicas' calls are traced.
             inner.gradient_accumulation_steps = None
             try:
                 distribution.extended.call_for_each_replica(
-                    _apply_accumulated, args=(optimizer, grads, variables, accumulators, steps)
+                    _apply_mean, args=(optimizer, accumulation, grads, variables)
                 )
             finally:
                 inner.gradient_accumulation_steps = steps
-            for accumulator in accumulators:
-                accumulator.assign(ops.zeros_like(accumulator))
 
-        def skip():
-            skip_update(optimizer)
-            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                for accumulator in accumulators:  # accumulated at the old scale
-                    distribution.extended.update(accumulator.value, _halve, group=False)
+        def rewind():  # the update's earlier batches were counted as they came
+            inner._iterations.assign_sub(steps - 1)
 
-        if steps:
-            apply = lambda: ops.cond((inner._iterations + 1) % steps == 0, update, accumulate)  # noqa: E731
-        ops.cond(finite_everywhere(bad), apply, skip)
+        def finish():
+            accumulation.finish(distribution, finite_everywhere(bad), apply, rewind)
+
+        def count():
+            inner._iterations.assign_add(1)
+
+        ops.cond(accumulation.due(inner._iterations), finish, count)
 
     tf.distribute.get_replica_context().merge_call(decide, args=(grads, bad))
 
 
-def _add(accumulator, grad):
-    return accumulator.assign_add(grad)
-
-
-def _halve(accumulator):
-    return accumulator.assign(accumulator * 0.5)
-
-
-def _apply_accumulated(optimizer, grads, variables, accumulators, steps):
-    """In one replica: the optimizer applies the mean of this batch's and the accumulated gradients."""
+def _apply_mean(optimizer, accumulation, grads, variables):
+    """In one replica: the optimizer applies the mean of the update's accumulated gradients (none
+    for a variable without a gradient, as Keras leaves it)."""
     mean = [
-        None if grad is None else (grad + accumulator.value) / steps
-        for grad, accumulator in zip(grads, accumulators)
+        None if grad is None else total / accumulation.steps
+        for grad, total in zip(grads, accumulation.sums())
     ]
     optimizer.apply(mean, variables)
 

@@ -17,13 +17,15 @@ The loop of one call ends early on a SIGTERM flag from any worker, or on a non-f
 update the options say to stop on (`on_nonfinite="stop"`, or `max_consecutive_skips`
 skips in a row): the host raises after the call with the step and the scale.
 
-The decision's rules are this module's functions, which `model.fit`'s step
-(`training.fit.apply_if_finite`) takes too: a replica's flag (`nonfinite`), the one sum over
-the replicas (`sum_over_replicas`), the decision from it (`finite_everywhere`) and what a
-skipped update does (`skip_update`). What differs is what one decision covers: here an
-update of `accum_steps` batches, all applied or all skipped together (and the accumulators
-emptied either way); in `fit`, as in Keras' own accumulation, one batch, a non-finite one
-dropped and not counted among the k batches of an update.
+The decision's rules are this module's, and `model.fit`'s step (`training.fit.apply_if_finite`)
+takes them too: a replica's flag (`nonfinite`), the one sum over the replicas
+(`sum_over_replicas`), the decision from it (`finite_everywhere`), what a skipped update does
+(`skip_update`), and `Accumulation`, which holds an update's micro-batches and applies or skips
+it: an update is applied only when every micro-batch that makes it up is finite on every
+replica; otherwise the whole update is skipped (counted once), the accumulators are cleared
+and, under loss scaling, the scale is halved once. The loop and `fit` differ only in how an
+applied update is normalised (here by the update's real tokens; in `fit` as Keras does, the
+mean of the micro-batches' means).
 """
 
 import keras
@@ -73,6 +75,76 @@ def skip_update(optimizer):
         optimizer.dynamic_scale.assign(optimizer.dynamic_scale * 0.5)
 
 
+class Accumulation:
+    """One update made of `steps` micro-batches, applied or skipped as a whole: the custom loop's
+    (`UpdateStep`) and `fit`'s (`training.fit`), whose rule is the one below.
+
+    Each replica adds each micro-batch's gradients to its own accumulators (`add`). At the
+    update's end (`due`), one decision for every replica (`finish`): the update is applied only
+    if every micro-batch that makes it up is finite on every replica; otherwise the whole update
+    is skipped (`skip_update`: nothing applied, the loss scale halved once). The accumulators are
+    cleared either way. A NaN or an Inf of any micro-batch stays one in the sum, so a replica's
+    accumulators carry its flag (`nonfinite`). Under loss scaling every micro-batch of an update
+    is scaled alike: the scale moves only at an update's end, after which the sums start again
+    from zero.
+
+    Args:
+        optimizer: what applies the update (a `LossScaleOptimizer`'s scale is halved on a skip).
+        steps: micro-batches per update.
+        accumulators: with `steps > 1`, one float32 variable per trainable variable, each
+            replica's own copy: `SyncOnRead` sums (the loop) or Keras' `gradient_accumulator`
+            variables (`fit`).
+    """
+
+    def __init__(self, optimizer, steps=1, accumulators=()):
+        self.optimizer, self.steps, self.accumulators = optimizer, steps, list(accumulators)
+
+    def due(self, taken):
+        """Whether the micro-batch after `taken` earlier ones ends an update."""
+        return (taken + 1) % self.steps == 0
+
+    def add(self, strategy, grads):
+        """Cross-replica context: each replica's micro-batch gradients (`grads`, per replica)
+        into its own accumulators."""
+        for accumulator, grad in zip(self.accumulators, grads):
+            if grad is not None:
+                strategy.extended.update(accumulator, _add, args=(grad,), group=False)
+
+    def sums(self):
+        """Replica context: this replica's accumulated gradients."""
+        return [tf.convert_to_tensor(accumulator) for accumulator in self.accumulators]
+
+    def nonfinite(self, grads=()):
+        """Replica context: this replica's flag for the update so far: its accumulators and
+        `grads` (a micro-batch not added yet; all of it without accumulation)."""
+        return nonfinite(self.sums() + list(grads))
+
+    def finish(self, strategy, finite, apply, skip=None):
+        """Cross-replica context: the update's end under the one decision `finite`
+        (`finite_everywhere` of the replicas' summed flags): `apply()`, or else `skip_update` and
+        `skip()`; then the accumulators are cleared."""
+
+        def applied():
+            apply()
+
+        def skipped():
+            skip_update(self.optimizer)
+            if skip is not None:
+                skip()
+
+        tf.cond(finite, applied, skipped)
+        for accumulator in self.accumulators:
+            strategy.extended.update(accumulator, _clear, group=False)
+
+
+def _add(accumulator, grad):
+    return accumulator.assign_add(grad)
+
+
+def _clear(accumulator):
+    return accumulator.assign(tf.zeros_like(accumulator))
+
+
 class UpdateStep:
     """Builds and runs the compiled update loop of a `Trainer` (see the module docstring).
 
@@ -100,15 +172,15 @@ class UpdateStep:
         self.consecutive_skips = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="consecutive_skips"
         )
-        self._accumulators = None
+        accumulators = []
         if options.accum_steps > 1:
             with strategy.scope():
-                self._accumulators = [
+                accumulators = [
                     self._local_sum(tf.zeros(v.shape, "float32")) for v in model.trainable_variables
                 ]
-                self._accumulated = self._local_sum(
-                    tf.zeros([STOP], "float32")
-                )  # loss, tokens, bad gradient, bad loss
+                # The update's loss, tokens and non-finite loss flags, summed over its micro-batches.
+                self._accumulated = self._local_sum(tf.zeros([3], "float32"))
+        self._accumulation = Accumulation(optimizer, options.accum_steps, accumulators)
         variables = model.trainable_variables
 
         @tf.function(jit_compile=options.jit_compile or None, reduce_retracing=True)
@@ -142,28 +214,30 @@ class UpdateStep:
 
     # --- replica functions ---
 
-    def _local_values(self, grads, loss_sum, tokens):
-        """`[loss sum, tokens, bad gradient, bad loss]` of this replica."""
-        return tf.stack([loss_sum, tokens, nonfinite(grads), nonfinite([loss_sum])])
-
     def _replica_gradients(self, batch, stop_flag):
+        """One batch's gradients and the update's packed totals (no accumulation)."""
         inputs, labels = batch
         grads, loss_sum, tokens = self._gradients(inputs, labels)
-        return grads, self._all_reduce(self._local_values(grads, loss_sum, tokens), stop_flag)
+        local = tf.stack(
+            [loss_sum, tokens, self._accumulation.nonfinite(grads), nonfinite([loss_sum])]
+        )
+        return grads, self._all_reduce(local, stop_flag)
 
     def _replica_accumulate(self, batch):
+        """One micro-batch's gradients (added by `Accumulation.add`); its loss, tokens and
+        non-finite loss flag added here, so that a NaN loss of one micro-batch is not lost."""
         inputs, labels = batch
         grads, loss_sum, tokens = self._gradients(inputs, labels)
-        for accumulator, grad in zip(self._accumulators, grads):
-            accumulator.assign_add(grad)
-        # Added per batch, so that a micro-batch's NaN loss is not hidden by the gradient sum.
-        self._accumulated.assign_add(self._local_values(grads, loss_sum, tokens))
+        self._accumulated.assign_add(tf.stack([loss_sum, tokens, nonfinite([loss_sum])]))
+        return grads
 
     def _replica_accumulated(self, stop_flag):
-        grads = [accumulator.read_value() for accumulator in self._accumulators]
-        local = self._accumulated.read_value()
-        local = tf.concat([local[:BAD_GRADIENT], tf.minimum(local[BAD_GRADIENT:], 1.0)], axis=0)
-        return grads, self._all_reduce(local, stop_flag)
+        """The accumulated gradients and the update's packed totals."""
+        loss_sum, tokens, bad_loss = tf.unstack(self._accumulated.read_value())
+        local = tf.stack(
+            [loss_sum, tokens, self._accumulation.nonfinite(), tf.minimum(bad_loss, 1.0)]
+        )
+        return self._accumulation.sums(), self._all_reduce(local, stop_flag)
 
     @staticmethod
     def _all_reduce(local, stop_flag):
@@ -177,32 +251,34 @@ class UpdateStep:
         )
 
     def _replica_reset(self):
-        for accumulator in self._accumulators:
-            accumulator.assign(tf.zeros_like(accumulator))
         self._accumulated.assign(tf.zeros_like(self._accumulated))
 
     # --- the compiled loop ---
 
     def _one_update(self, iterator, stop_flag):
-        strategy = self.strategy
-        if self._accumulators is None:
+        strategy, accumulation = self.strategy, self._accumulation
+        if accumulation.steps == 1:
             grads, totals = strategy.run(self._replica_gradients, args=(next(iterator), stop_flag))
         else:
-            for _ in range(self.options.accum_steps):
-                strategy.run(self._replica_accumulate, args=(next(iterator),))
+            for _ in range(accumulation.steps):
+                accumulation.add(
+                    strategy, strategy.run(self._replica_accumulate, args=(next(iterator),))
+                )
             grads, totals = strategy.run(self._replica_accumulated, args=(stop_flag,))
+            strategy.run(self._replica_reset)
         totals = strategy.experimental_local_results(totals)[0]  # equal on every replica
-        self.batches_drawn.assign_add(self.options.accum_steps * strategy.num_replicas_in_sync)
+        self.batches_drawn.assign_add(accumulation.steps * strategy.num_replicas_in_sync)
         applied = finite_everywhere(totals[BAD_GRADIENT:STOP])
+        accumulation.finish(
+            strategy,
+            applied,
+            lambda: strategy.run(self._replica_apply, args=(grads, totals[TOKENS])),
+        )
         if applied:
-            strategy.run(self._replica_apply, args=(grads, totals[TOKENS]))
             self.consecutive_skips.assign(0)
         else:
             self.skipped_steps.assign_add(1)
             self.consecutive_skips.assign_add(1)
-            skip_update(self.optimizer)
-        if self._accumulators is not None:
-            strategy.run(self._replica_reset)
         return totals, applied
 
     def _must_stop(self, totals, applied):

@@ -297,3 +297,11 @@ def test_an_ensemble_refuses_models_of_other_target_vocabularies(model):
     other = random_model(target_vocabulary_size=TARGET_VOCABULARY + 1)
     with pytest.raises(ValueError, match=r"\(31, 23\), \(31, 24\)"):
         Ensemble([model, other])
+
+
+def test_mixed_bfloat16_keeps_the_bias_and_the_logits_float32():
+    mixed = Transformer(get_preset("tiny", **MARIAN), dtype="mixed_bfloat16")
+    assert keras.backend.standardize_dtype(mixed.logits_bias.bias.dtype) == "float32"
+    logits = mixed({"source_ids": SOURCE, "target_ids": TARGET})
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert tuple(logits.shape) == (2, 5, TARGET_VOCABULARY)

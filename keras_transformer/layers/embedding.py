@@ -236,8 +236,9 @@ class LogitsBias(keras.layers.Layer):
     """A learned bias, one per output token, added to float32 logits (Marian's
     `final_logits_bias`; the paper has none).
 
-    The bias is a float32 weight `bias (V,)` (zeros at first), whatever the dtype policy,
-    as the logits it is added to are float32.
+    The bias is a float32 weight `bias (V,)` (zeros at first) and the sum is float32, whatever
+    the dtype policy: the layer does not autocast (under mixed precision Keras would cast the
+    float32 logits and the bias to the compute dtype).
 
     Args:
         vocabulary_size: V.
@@ -261,7 +262,7 @@ class LogitsBias(keras.layers.Layer):
     """
 
     def __init__(self, vocabulary_size, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(**{**kwargs, "autocast": False})
         check_positive_int("vocabulary_size", vocabulary_size)
         self.vocabulary_size = vocabulary_size
         self.bias = self.add_weight(

@@ -342,6 +342,8 @@ def test_other_bad_values_raise():
         TransformerConfig(tokenizer_type="wordpiece")
     with pytest.raises(ValueError, match="sinusoid_layout='halves'"):
         TransformerConfig(sinusoid_layout="halves")
+    with pytest.raises(ValueError, match="sinusoid_layout='concatenated', positional='learned'"):
+        TransformerConfig(sinusoid_layout="concatenated", positional="learned")
     with pytest.raises(ValueError, match="activation='swishy'"):
         TransformerConfig(activation="swishy")
     with pytest.raises(ValueError, match="final_logits_bias='yes'"):

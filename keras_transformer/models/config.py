@@ -199,6 +199,11 @@ class TransformerConfig:
             raise ValueError(
                 f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}. Received: sinusoid_layout={self.sinusoid_layout!r}"
             )
+        if self.sinusoid_layout != "interleaved" and self.positional != "sinusoidal":
+            raise ValueError(
+                "sinusoid_layout applies to sinusoidal positions. Received: "
+                f"sinusoid_layout={self.sinusoid_layout!r}, positional={self.positional!r}"
+            )
         check_activation(self.activation)
         if not isinstance(self.final_logits_bias, bool):
             raise ValueError(

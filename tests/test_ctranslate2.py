@@ -360,3 +360,25 @@ def test_a_marian_run_exports_and_translates_as_ours(multi30k_dir, tmp_path):
     for beam_size in (1, 4):
         agreement, max_difference = _compare(texts, *loaded, model_dir, beam_size)
         assert agreement == 1.0 and max_difference <= LOG_PROB_TOLERANCE
+
+
+def test_an_imported_opus_mt_run_translates_as_ours(multi30k_dir, tmp_path):
+    """A random-initialised Marian (OPUS-MT) checkpoint imported as a run (`pretrained`): its
+    CTranslate2 export gives our greedy and beam search's outputs and log-probabilities."""
+    from keras_transformer import pretrained
+    from tests.test_pretrained import write_marian_directory
+
+    marian_dir = write_marian_directory(tmp_path / "marian", multi30k_dir)
+    run = pretrained.import_marian(marian_dir, tmp_path / "run")
+    loaded = load_run(run)
+    config = loaded[2]
+    assert (config.sinusoid_layout, config.activation, config.final_logits_bias) == (
+        "concatenated",
+        "silu",
+        True,
+    )
+    model_dir = export_ctranslate2(run, tmp_path / "ct2")
+    texts = [source for source, _ in load_pairs("multi30k", "val", data_dir=multi30k_dir)[:12]]
+    for beam_size in (1, 4):
+        agreement, max_difference = _compare(texts, *loaded, model_dir, beam_size)
+        assert agreement == 1.0 and max_difference <= LOG_PROB_TOLERANCE

@@ -21,8 +21,10 @@ each Marian weight to ours, in both directions (`to_ours`, `to_marian`).
 
 What a Marian checkpoint may set that our model cannot represent is refused in one line
 naming the option (`MarianFormatError`): pre-LN (`normalize_before`), unscaled embeddings
-(`scale_embedding=false`), separate decoder embeddings, different encoder and decoder head
-counts or feed-forward widths, an activation other than swish/silu or relu, ...
+(`scale_embedding=false`), different encoder and decoder head counts or feed-forward widths,
+an activation other than swish/silu or relu, ... Separate source and target vocabularies
+(`target_vocab.json`, `share_encoder_decoder_embeddings=false`) are read as our
+`share_embeddings=False` with a `target_vocabulary_size` of its own.
 """
 
 import json
@@ -56,7 +58,6 @@ _FIXED_FIELDS = {
     "normalize_embedding": False,
     "static_position_embeddings": True,
     "scale_embedding": True,
-    "share_encoder_decoder_embeddings": True,
     "tie_word_embeddings": True,
     "add_bias_logits": False,
 }
@@ -68,15 +69,20 @@ class MarianFormatError(ValueError):
 
 # --- the weight table ---
 
-# (Marian name, our weight path, kind); `{i}` is a layer index. Kinds:
-#   "vocabulary": rows in Marian's id order <-> rows in ours (`to_ours`, `to_marian`);
+# (Marian name, our weight path, kind). Kinds:
+#   "source_rows", "target_rows": rows in Marian's id order <-> rows in ours (`to_ours`,
+#       `to_marian`), by the source or the target side's id map (the same when shared);
 #   "input_kernel": torch Linear weight (H * Dk, D) <-> our (D, H, Dk) projection kernel;
 #   "input_bias": (H * Dk,) <-> (H, Dk);
 #   "output_kernel": torch Linear weight (D, H * Dv) <-> our (H, Dv, D);
 #   "dense": torch Linear weight (out, in) <-> Keras Dense kernel (in, out);
 #   "same": the same array.
-_EMBEDDING = ("model.shared.weight", "token_embedding/embeddings", "vocabulary")
-_LOGITS_BIAS = ("final_logits_bias", "final_logits_bias/bias", "vocabulary")
+_EMBEDDING = ("model.shared.weight", "token_embedding/embeddings", "source_rows")
+_EMBEDDINGS = (  # separate vocabularies: the decoder's is also the output projection
+    ("model.encoder.embed_tokens.weight", "token_embedding/embeddings", "source_rows"),
+    ("model.decoder.embed_tokens.weight", "target_token_embedding/embeddings", "target_rows"),
+)
+_LOGITS_BIAS = ("final_logits_bias", "final_logits_bias/bias", "target_rows")
 
 
 def _attention(marian, ours):
@@ -110,7 +116,8 @@ def _feed_forward(marian, ours):
 def weight_table(config):
     """`[(Marian name, our weight path, kind)]` for every weight of a Marian model of `config`'s
     shape (its layer counts): the one table both directions use."""
-    rows = [_EMBEDDING, _LOGITS_BIAS]
+    rows = [_EMBEDDING] if config.share_embeddings else list(_EMBEDDINGS)
+    rows.append(_LOGITS_BIAS)
     for i in range(config.num_encoder_layers):
         marian, ours = f"model.encoder.layers.{i}", f"encoder_layer_{i}"
         rows += _attention(f"{marian}.self_attn", f"{ours}/self_attention")
@@ -126,24 +133,28 @@ def weight_table(config):
     return rows
 
 
-# The names the tied embedding is saved under (transformers keeps one of them).
-_EMBEDDING_ALIASES = (
-    "model.shared.weight",
-    "model.encoder.embed_tokens.weight",
-    "model.decoder.embed_tokens.weight",
-    "lm_head.weight",
-)
+# The names a tied embedding is saved under (transformers keeps one of them): the shared
+# one's, and the decoder's with separate vocabularies.
+_EMBEDDING_ALIASES = {
+    "model.shared.weight": (
+        "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight",
+        "lm_head.weight",
+    ),
+    "model.decoder.embed_tokens.weight": ("lm_head.weight",),
+}
 
 
-def to_ours(kind, value, config, id_map):
+def to_ours(kind, value, config, id_maps):
     """A Marian weight `value` (numpy) as our weight of that `kind` (`weight_table`).
 
-    `id_map`: our id of each Marian id (`data.marian.marian_id_map`).
+    `id_maps`: `(source, target)`, our id of each Marian id of each side
+    (`data.marian.marian_id_map`; the same array twice with a shared vocabulary).
     """
     heads = config.num_heads
-    if kind == "vocabulary":  # our BOS row, the decoder's start, is Marian's pad row
+    if kind in ("source_rows", "target_rows"):  # our BOS row, the start, is Marian's pad row
         rows = value.reshape(-1) if value.shape[0] == 1 else value  # final_logits_bias: (1, V)
-        return rows[marian_id_inverse(id_map)]
+        return rows[marian_id_inverse(id_maps[kind == "target_rows"])]
     if kind == "input_kernel":
         return value.T.reshape(value.shape[1], heads, -1)
     if kind == "input_bias":
@@ -155,10 +166,10 @@ def to_ours(kind, value, config, id_map):
     return value
 
 
-def to_marian(kind, value, config, id_map):
+def to_marian(kind, value, config, id_maps):
     """Our weight `value` (numpy) as the Marian weight of that `kind` (the inverse of `to_ours`)."""
-    if kind == "vocabulary":  # Marian's pad row is our start (BOS) row; our PAD row is dropped
-        rows = value[marian_row_map(id_map)]
+    if kind in ("source_rows", "target_rows"):  # Marian's pad row: our start (BOS) row
+        rows = value[marian_row_map(id_maps[kind == "target_rows"])]  # our PAD row is dropped
         return rows[None] if value.ndim == 1 else rows  # final_logits_bias: (1, V)
     if kind == "input_kernel":
         return value.reshape(value.shape[0], -1).T
@@ -173,10 +184,13 @@ def to_marian(kind, value, config, id_map):
 
 def marian_shape(name, kind, marian):
     """The shape `config.json` (`marian`, a dict) gives Marian weight `name`."""
-    width, vocabulary = marian["d_model"], marian["vocab_size"]
+    width = marian["d_model"]
+    vocabulary = marian["vocab_size"]
+    if kind == "target_rows":
+        vocabulary = marian.get("decoder_vocab_size") or vocabulary
     if name == "final_logits_bias":
         return (1, vocabulary)
-    if kind == "vocabulary":
+    if kind in ("source_rows", "target_rows"):
         return (vocabulary, width)
     if ".fc1." in name:
         return (_ffn(name, marian),) if name.endswith("bias") else (_ffn(name, marian), width)
@@ -246,8 +260,9 @@ def marian_model_config(marian, path=MARIAN_CONFIG_FILE):
     for name, expected in _FIXED_FIELDS.items():
         if name in marian and marian[name] != expected:
             refuse(name, f"our Marian models have {name}={json.dumps(expected)}")
-    if value("decoder_vocab_size") not in (None, value("vocab_size")):
-        refuse("decoder_vocab_size", "the decoder's vocabulary must be the shared one")
+    shared = value("share_encoder_decoder_embeddings")
+    if shared and value("decoder_vocab_size") not in (None, value("vocab_size")):
+        refuse("decoder_vocab_size", "it differs from vocab_size, which the embeddings share")
     for encoder, decoder in (
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
@@ -280,7 +295,8 @@ def marian_model_config(marian, path=MARIAN_CONFIG_FILE):
         sinusoid_layout="concatenated",
         final_logits_bias=True,
         max_length=value("max_position_embeddings"),
-        share_embeddings=True,
+        share_embeddings=bool(shared),
+        target_vocabulary_size=None if shared else value("decoder_vocab_size") + 1,
         tie_output=True,
     )
 
@@ -290,14 +306,12 @@ _EXPRESSIBLE = {
     "sinusoid_layout": "concatenated",
     "positional": "sinusoidal",
     "normalize_first": False,
-    "share_embeddings": True,
     "tie_output": True,
     "final_logits_bias": True,
     "layer_norm_epsilon": LAYER_NORM_EPSILON,
     "key_dim": None,
     "value_dim": None,
     "attention_window": None,
-    "target_vocabulary_size": None,
 }
 _MARIAN_ACTIVATIONS = {"silu": "swish", "relu": "relu"}
 
@@ -319,15 +333,15 @@ def check_marian_expressible(config, name="the run"):
         raise MarianFormatError(f"Marian cannot express {name}: it has no encoder or decoder layer")
 
 
-def marian_config_dict(config, vocabulary):
-    """The `config.json` dict of a Marian model of `config` over `vocabulary` (a
-    `data.marian.MarianVocabulary`; its size is `config.vocabulary_size - 1`)."""
-    pad, eos = vocabulary.pad_id, vocabulary.eos_id
+def marian_config_dict(config, files):
+    """The `config.json` dict of a Marian model of `config` over the vocabularies of `files`
+    (`data.marian.MarianFiles`: each side's size is ours less one)."""
+    pad, eos = files.target_vocabulary.pad_id, files.target_vocabulary.eos_id
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": vocabulary.size,
-        "decoder_vocab_size": vocabulary.size,
+        "vocab_size": files.source_vocabulary.size,
+        "decoder_vocab_size": files.target_vocabulary.size,
         "d_model": config.hidden_dim,
         "encoder_layers": config.num_encoder_layers,
         "decoder_layers": config.num_decoder_layers,
@@ -341,7 +355,7 @@ def marian_config_dict(config, vocabulary):
         "activation_dropout": config.activation_dropout,
         "max_position_embeddings": config.max_length,
         "scale_embedding": True,
-        "share_encoder_decoder_embeddings": True,
+        "share_encoder_decoder_embeddings": config.share_embeddings,
         "tie_word_embeddings": True,
         "pad_token_id": pad,
         "eos_token_id": eos,
@@ -400,12 +414,13 @@ def check_marian_weights(weights, marian, config, path):
         MarianFormatError: one line naming the first missing weight or the first shape that
             disagrees with the config.
     """
-    for alias in _EMBEDDING_ALIASES:
-        if alias in weights:
-            weights.setdefault(_EMBEDDING[0], weights[alias])
-            break
+    for name, aliases in _EMBEDDING_ALIASES.items():
+        for alias in aliases:
+            if name not in weights and alias in weights:
+                weights[name] = weights[alias]
     if "final_logits_bias" not in weights:  # transformers' models may leave it out: zeros
-        weights["final_logits_bias"] = np.zeros((1, marian["vocab_size"]), np.float32)
+        shape = marian_shape("final_logits_bias", _LOGITS_BIAS[2], marian)
+        weights["final_logits_bias"] = np.zeros(shape, np.float32)
     for name, _, kind in weight_table(config):
         if name not in weights:
             raise MarianFormatError(f"{path} has no weight {name} (config.json asks for it)")
@@ -417,22 +432,22 @@ def check_marian_weights(weights, marian, config, path):
     return weights
 
 
-def marian_to_model(weights, config, id_map):
+def marian_to_model(weights, config, id_maps):
     """Our model of `config` with the Marian `weights` (checked by `check_marian_weights`)."""
     from keras_transformer.models.transformer import build_model
 
     model = build_model(config)
     variables = {variable.path: variable for variable in model.weights}
     for name, ours, kind in weight_table(config):
-        variables[ours].assign(to_ours(kind, weights[name], config, id_map))
+        variables[ours].assign(to_ours(kind, weights[name], config, id_maps))
     return model
 
 
-def model_to_marian(model, config, id_map):
+def model_to_marian(model, config, id_maps):
     """Marian weight name -> numpy array of our `model` (`weight_table`, `to_marian`)."""
     variables = {variable.path: variable for variable in model.weights}
     return {
-        name: to_marian(kind, np.asarray(variables[ours].numpy()), config, id_map)
+        name: to_marian(kind, np.asarray(variables[ours].numpy()), config, id_maps)
         for name, ours, kind in weight_table(config)
     }
 
@@ -452,6 +467,9 @@ def marian_directory(source):
     """
     if fs.isdir(source):
         return source
+    name = str(source)
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or fs.is_url(name):
+        raise MarianFormatError(f"No such directory: {source}")  # a path, not a hub name
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
@@ -496,24 +514,30 @@ def read_marian(source):
         files = read_marian_files(directory)
     except MarianFilesError as error:
         raise MarianFormatError(str(error)) from None
-    if files.separate_vocabularies:
+    if files.separate_vocabularies == config.share_embeddings:
         raise MarianFormatError(
-            f"{files.target_vocabulary.path}: separate source and target vocabularies are not supported"
+            f"{config_file}: share_encoder_decoder_embeddings={config.share_embeddings!r} disagrees "
+            f"with the tokenizer ({'separate' if files.separate_vocabularies else 'one'} vocabular"
+            f"{'ies' if files.separate_vocabularies else 'y'} in {files.directory})"
         )
-    vocabulary = files.source_vocabulary
-    for name, found in (
-        ("vocab_size", vocabulary.size),
-        ("pad_token_id", vocabulary.pad_id),
-        ("eos_token_id", vocabulary.eos_id),
+    source, target = files.source_vocabulary, files.target_vocabulary
+    sizes = (config.vocabulary_size - 1, config.decoder_vocabulary_size - 1)
+    for name, marian_value, vocabulary, found in (
+        ("vocab_size", sizes[0], source, source.size),
+        ("decoder_vocab_size", sizes[1], target, target.size),
+        *(
+            (name, _marian_value(marian, name), side, getattr(side, attribute))
+            for side in (source, target)
+            for name, attribute in (("pad_token_id", "pad_id"), ("eos_token_id", "eos_id"))
+        ),
     ):
-        if _marian_value(marian, name) != found:
+        if marian_value != found:
             raise MarianFormatError(
-                f"{config_file}: {name}={_marian_value(marian, name)!r} disagrees with "
-                f"{vocabulary.path} ({found})"
+                f"{config_file}: {name}={marian_value!r} disagrees with {vocabulary.path} ({found})"
             )
     weights, path = read_marian_weights(directory)
     weights = check_marian_weights(weights, marian, config, path)
-    model = marian_to_model(weights, config, vocabulary.id_map())
+    model = marian_to_model(weights, config, (source.id_map(), target.id_map()))
     return model, config, files, marian
 
 
@@ -607,15 +631,19 @@ def export_marian(model_dir, output_dir, checkpoint=None, average_last=None):
         files = read_marian_files(model_dir)
     except MarianFilesError as error:
         raise MarianFormatError(str(error)) from None
-    vocabulary = files.source_vocabulary
-    if files.separate_vocabularies or vocabulary.size + 1 != config.vocabulary_size:
-        raise MarianFormatError(
-            f"Marian cannot express {model_dir}: vocabulary_size={config.vocabulary_size} is not "
-            f"{vocabulary.path}'s {vocabulary.size} ids plus our start id"
-        )
+    for name, size, vocabulary in (
+        ("vocabulary_size", config.vocabulary_size, files.source_vocabulary),
+        ("decoder_vocabulary_size", config.decoder_vocabulary_size, files.target_vocabulary),
+    ):
+        if vocabulary.size + 1 != size:
+            raise MarianFormatError(
+                f"Marian cannot express {model_dir}: {name}={size} is not {vocabulary.path}'s "
+                f"{vocabulary.size} ids plus our start id"
+            )
     model, _, _ = runs.load_run(model_dir, checkpoint=checkpoint, average_last=average_last)
-    weights = model_to_marian(model, config, vocabulary.id_map())
-    _save_marian(weights, marian_config_dict(config, vocabulary), files, output_dir)
+    id_maps = (files.source_vocabulary.id_map(), files.target_vocabulary.id_map())
+    weights = model_to_marian(model, config, id_maps)
+    _save_marian(weights, marian_config_dict(config, files), files, output_dir)
     return output_dir
 
 
@@ -629,9 +657,11 @@ def _save_marian(weights, marian, files, output_dir):
     model = MarianMTModel(MarianConfig(**marian))
     state = {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [
-        name for name in missing if "embed_positions" not in name and name not in _EMBEDDING_ALIASES
-    ]
+    tied = {
+        *_EMBEDDING_ALIASES,
+        *(alias for names in _EMBEDDING_ALIASES.values() for alias in names),
+    }
+    missing = [name for name in missing if "embed_positions" not in name and name not in tied]
     if missing or unexpected:  # the table and transformers' Marian disagree: a bug, not input
         raise RuntimeError(f"Marian weights missing {missing}, unexpected {unexpected}")
     model.save_pretrained(str(output_dir))

@@ -15,7 +15,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from keras_transformer import pretrained  # noqa: E402
-from keras_transformer.data.marian import marian_id_inverse, marian_row_map  # noqa: E402
+from keras_transformer.data.marian import (  # noqa: E402
+    marian_id_inverse,
+    marian_row_map,
+    read_marian_files,
+)
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 
@@ -25,13 +29,13 @@ EOS_BIAS = 1.5  # added to </s>'s final-logits bias: some outputs end, some reac
 EMBEDDING_STD = 0.2
 
 
-def _train_spm(sentences, prefix):
+def _train_spm(sentences, prefix, size=120):
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_prefix=str(prefix),
-        vocab_size=120,
+        vocab_size=size,
         model_type="unigram",
         character_coverage=1.0,
         num_threads=1,
@@ -52,21 +56,39 @@ def _pieces(model_file):
 
 
 def write_marian_directory(
-    directory, multi30k_dir, seed=0, eos_bias=EOS_BIAS, embedding_std=EMBEDDING_STD, **config
+    directory,
+    multi30k_dir,
+    seed=0,
+    eos_bias=EOS_BIAS,
+    embedding_std=EMBEDDING_STD,
+    separate=False,
+    **config,
 ):
-    """A random Marian model of `config` (MarianConfig fields) and its tokenizer in `directory`."""
+    """A random Marian model of `config` (MarianConfig fields) and its tokenizer in `directory`;
+    `separate`: a source and a target vocabulary (`target_vocab.json`, `<pad>` at id 2 in both)."""
     from keras_transformer.data.corpus import load_multi30k
 
     pairs = load_multi30k("en", "de", "train", data_dir=multi30k_dir)[:SENTENCES]
     work = directory / "spm"
     work.mkdir(parents=True)
     source = _train_spm([pair[0] for pair in pairs], work / "source")
-    target = _train_spm([pair[1] for pair in pairs], work / "target")
+    target = _train_spm([pair[1] for pair in pairs], work / "target", 100 if separate else 120)
     pieces = sorted(set(_pieces(source)) | set(_pieces(target)))
     vocabulary = {piece: i for i, piece in enumerate(["</s>", "<unk>", *pieces, "<pad>"])}
     shutil.copy(source, directory / "source.spm")
     shutil.copy(target, directory / "target.spm")
     (directory / "vocab.json").write_text(json.dumps(vocabulary))
+    files = {}
+    if separate:
+        for name, model_file in (("vocab.json", source), ("target_vocab.json", target)):
+            side = ["</s>", "<unk>", "<pad>", *sorted(_pieces(model_file))]
+            (directory / name).write_text(json.dumps({piece: i for i, piece in enumerate(side)}))
+        vocabulary = json.loads((directory / "vocab.json").read_text())
+        target_size = len(json.loads((directory / "target_vocab.json").read_text()))
+        config = dict(
+            share_encoder_decoder_embeddings=False, decoder_vocab_size=target_size, **config
+        )
+        files = dict(target_vocab_file=str(directory / "target_vocab.json"), separate_vocabs=True)
     pad = vocabulary["<pad>"]
     settings = dict(
         vocab_size=len(vocabulary),
@@ -95,14 +117,17 @@ def write_marian_directory(
                 parameter.copy_(1 + 0.3 * torch.randn_like(parameter))
             elif name.endswith("layer_norm.bias"):
                 parameter.copy_(0.1 * torch.randn_like(parameter))
-            elif name == "model.shared.weight":
+            elif name == "model.shared.weight" or name.endswith("embed_tokens.weight"):
                 parameter.copy_(embedding_std * torch.randn_like(parameter))
             else:
                 parameter.copy_(0.2 * torch.randn_like(parameter))
         model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
         model.final_logits_bias[0, 0] += eos_bias  # </s>: some outputs end, some reach the limit
     tokenizer = transformers.MarianTokenizer(
-        str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json")
+        str(directory / "source.spm"),
+        str(directory / "target.spm"),
+        str(directory / "vocab.json"),
+        **files,
     )
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
@@ -136,7 +161,7 @@ TARGETS = [
 ]
 
 
-def _batch(tokenizer, id_map):
+def _batch(tokenizer, id_map, target_map=None):
     """Their padded batch (ids, mask, decoder inputs, the decoder's real positions) and ours."""
     batch = tokenizer(SOURCES, text_target=TARGETS, return_tensors="pt", padding=True)
     pad = tokenizer.pad_token_id
@@ -145,7 +170,8 @@ def _batch(tokenizer, id_map):
     real = (decoder_ids != pad).numpy()
     real[:, 0] = True  # the start token
     source_ids = id_map[batch["input_ids"].numpy()]
-    target_ids = np.where(real, id_map[decoder_ids.numpy()], 0)
+    target_map = id_map if target_map is None else target_map
+    target_ids = np.where(real, target_map[decoder_ids.numpy()], 0)
     target_ids[:, 0] = BOS_ID
     return batch, decoder_ids, real, source_ids, target_ids
 
@@ -361,3 +387,36 @@ def test_import_reads_pytorch_weights_as_safetensors(marian_dir, tmp_path):
 def test_import_refuses_a_directory_that_holds_a_run(marian_dir, imported_run):
     with pytest.raises(pretrained.MarianFormatError, match="already holds a run"):
         pretrained.import_marian(marian_dir, imported_run)
+
+
+@pytest.fixture(scope="session")
+def separate_dir(tmp_path_factory, multi30k_dir):
+    return write_marian_directory(tmp_path_factory.mktemp("separate"), multi30k_dir, separate=True)
+
+
+def test_separate_vocabularies_logits_and_export(separate_dir, tmp_path):
+    """A source and a target vocabulary of their own (`target_vocab.json`): our source embedding
+    in the source's ids, the target embedding and the logits in the target's; and back."""
+    theirs = transformers.MarianMTModel.from_pretrained(str(separate_dir)).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(separate_dir))
+    run = pretrained.import_marian(separate_dir, tmp_path / "run")
+    from keras_transformer.runs import load_run
+
+    ours, _, config = load_run(run)
+    assert not config.share_embeddings
+    assert config.vocabulary_size != config.decoder_vocabulary_size
+    files = read_marian_files(separate_dir)
+    source_map, target_map = files.source_vocabulary.id_map(), files.target_vocabulary.id_map()
+    batch, decoder_ids, real, source_ids, target_ids = _batch(tokenizer, source_map, target_map)
+    expected = _their_logits(theirs, batch, decoder_ids)
+    logits = np.asarray(ours({"source_ids": source_ids, "target_ids": target_ids}))
+    inverse = marian_id_inverse(target_map)
+    assert np.abs(logits[real] - expected[real][:, inverse]).max() <= 1e-4
+    exported = pretrained.export_marian(run, tmp_path / "exported")
+    back = transformers.MarianMTModel.from_pretrained(str(exported)).eval()
+    assert (
+        transformers.MarianTokenizer.from_pretrained(str(exported))(SOURCES)["input_ids"]
+        == (tokenizer(SOURCES)["input_ids"])
+    )
+    again = _their_logits(back, batch, decoder_ids)
+    assert np.abs(again - expected).max() <= 1e-5

@@ -279,7 +279,12 @@ def export_for_transformers(export_dir, options):
 
     model = MarianMTModel.from_pretrained(str(path)).eval()
     tokenizer = MarianTokenizer.from_pretrained(str(path))
-    sample = FLAGS.sample or FLAGS.warmup_sentences[0]
+    sample = FLAGS.sample
+    if sample is None:
+        try:
+            sample = validation_sample(FLAGS.model_dir)
+        except (OSError, ValueError):  # e.g. a corpus directory that moved since training
+            sample = FLAGS.warmup_sentences[0]
     inputs = tokenizer([sample], return_tensors="pt")
     generated = model.generate(
         **inputs,

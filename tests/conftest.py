@@ -34,6 +34,7 @@ SLOW_MODULES = (
     "test_faults",
     "test_fs",
     "test_layers_saved_model",
+    "test_pretrained_scripts",
     "test_publishing",
     "test_quantization",
     "test_run_ownership",

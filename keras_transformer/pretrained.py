@@ -34,6 +34,7 @@ import numpy as np
 from keras_transformer import fs
 from keras_transformer.data.marian import (
     MARIAN_FILES,
+    TARGET_VOCAB_FILE,
     TOKENIZER_CONFIG_FILE,
     MarianFilesError,
     marian_id_inverse,
@@ -49,9 +50,10 @@ LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian's layer 
 # Marian's activation_function -> ours.
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu"}
 
-# BART-era fields some OPUS-MT config.json files still carry; transformers' Marian ignores
-# them and computes the post-LN model with sinusoids. A value other than this one asks for
-# a model that transformers itself would not compute.
+# config.json fields our Marian models have at one value: BART-era fields some OPUS-MT files
+# still carry, which transformers' Marian ignores (it computes the post-LN model with
+# sinusoids, so another value asks for a model it would not compute), and the options it
+# honours that our model has no field for (unscaled embeddings, an untied output projection).
 _FIXED_FIELDS = {
     "normalize_before": False,
     "add_final_layer_norm": False,
@@ -454,8 +456,8 @@ def model_to_marian(model, config, id_maps):
 
 # --- a run directory from a Marian directory, and back ---
 
-# The optional files of a Marian tokenizer directory copied with `MARIAN_FILES`.
-_OPTIONAL_TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE,)
+# The optional files of a Marian tokenizer directory, fetched from the hub with `MARIAN_FILES`.
+_OPTIONAL_TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, TARGET_VOCAB_FILE)
 
 
 def marian_directory(source):

@@ -56,6 +56,8 @@ SLOW_TESTS = (
     "test_marian_tokenizer.py::test_a_saved_model_keeps_both_models_apart_and_has_servable_ops",
     "test_marian_tokenizer.py::test_export_of_a_run_with_the_pair_answers_text_in_a_clean_runtime",
     "test_multi_worker_score.py::test_two_workers_log_the_chiefs_scores_at_the_same_steps",
+    "test_pretrained.py::test_beam_search_returns_their_generate_ids",
+    "test_pretrained.py::test_greedy_search_returns_their_generate_ids",
     "test_search_options.py::test_evaluate_script_decodes_with_the_run_config",
     "test_shortlist.py::test_ctranslate2_vmap_file_is_the_same_shortlist",
     "test_shortlist.py::test_int8_shortlist_of_every_token_is_the_exact_search",

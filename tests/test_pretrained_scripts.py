@@ -137,7 +137,8 @@ def test_train_fine_tunes_the_import_from_step_0(imported, tmp_path, multi30k_di
     assert len(losses) == 3 and losses[-1] < losses[0], losses
     before, after = _embedding(run, 0), _embedding(run, FINE_TUNE_STEPS)
     assert not np.allclose(before, after)
-    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9  # moved from the import
+    # Moved from the import (a model trained from a fresh initialisation: about 0).
+    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.5
 
 
 def test_exports_of_the_import_translate_as_the_run(marian_dir, imported, tmp_path):

@@ -5,11 +5,15 @@ to continue a run at update 100,000 it would have to replay everything before it
 `BatchPlan` tokenizes the corpus once, then plans each epoch from a seed (as
 fairseq's `EpochBatchIterator` does): the pairs of epoch `e` are shuffled with
 `(seed, e)`, grouped by the bucket of their length in that order, and cut into batches
-of `batch_tokens // boundary` pairs, each emitted when its last pair is reached (the
-partial batch of every bucket at the end of the epoch). The number of batches of an epoch
-does not depend on the shuffle, so a position, the number of global batches drawn since
-the start, is `(epoch, offset)`, and the input starts there directly: the cost of a
-restart does not grow with the updates done.
+of `batch_tokens // boundary` pairs, each emitted when its last pair is reached. Every
+batch of a bucket that fills one is full, as the streaming pipeline's are: the pairs left
+over at the end of such a bucket (fewer than a batch) wait for another epoch, whose shuffle
+leaves out others; a bucket too small to fill one batch is one partial batch at the
+epoch's end. (Emitting every bucket's leftovers as partial batches would make a few
+percent of the updates small ones and cut the tokens an update carries on average by as
+much.) The number of batches of an epoch does not depend on the shuffle, so a position,
+the number of global batches drawn since the start, is `(epoch, offset)`, and the input
+starts there directly: the cost of a restart does not grow with the updates done.
 
 Global batch `g` is fed to the replicas in order: with `P` input pipelines of `R`
 replicas each, pipeline `p` delivers `g = start + (k // R) * P * R + p * R + k % R`
@@ -56,8 +60,8 @@ class BatchPlan:
     >>> from keras_transformer.data import Tokenizer, builtin_task
     >>> plan = BatchPlan(builtin_task("train"), Tokenizer("runs/builtin_tiny/spm.model"),
     ...                  batch_tokens=1024, max_length=48)
-    >>> plan.batches_per_epoch, plan.examples
-    (289, 20000)
+    >>> plan.batches_per_epoch, plan.pairs_per_epoch, plan.examples
+    (284, 19837, 20000)
     >>> inputs, labels = next(iter(plan.dataset(start=0)))
     >>> inputs["source_ids"].shape
     TensorShape([42, 24])
@@ -103,7 +107,9 @@ class BatchPlan:
         lengths = np.maximum(source_lengths, target_lengths)[keep]
         self._buckets = np.searchsorted(self.boundaries, lengths, side="left")  # per kept pair
         counts = np.bincount(self._buckets, minlength=len(self.boundaries))
-        self.batches_per_epoch = int(np.sum(-(-counts // self.batch_sizes)))
+        full = counts // self.batch_sizes  # a bucket that fills batches gives only full ones
+        self.batches_per_epoch = int(np.sum(np.where(full > 0, full, counts > 0)))
+        self.pairs_per_epoch = int(np.sum(np.where(full > 0, full * self.batch_sizes, counts)))
         self._cached_epoch = None
 
     @staticmethod
@@ -121,7 +127,7 @@ class BatchPlan:
 
     @property
     def examples(self):
-        """Pairs per epoch (those that fit `max_length`)."""
+        """Pairs that fit `max_length` (an epoch delivers `pairs_per_epoch` of them)."""
         return int(self._kept.size)
 
     def epoch_batches(self, epoch):
@@ -135,10 +141,12 @@ class BatchPlan:
         batches, keys = [], []
         for bucket, size in enumerate(self.batch_sizes):
             where = np.flatnonzero(buckets == bucket)  # positions in this epoch's order
+            if where.size >= size:
+                where = where[: where.size - where.size % size]  # the leftovers wait
             for first in range(0, where.size, size):
                 chunk = where[first : first + size]
                 batches.append(self._kept[order[chunk]])
-                # A full batch is emitted at its last pair; partial ones at the epoch's end.
+                # A full batch is emitted at its last pair; a small bucket's one at the epoch's end.
                 keys.append(chunk[-1] if chunk.size == size else self.examples + bucket)
         plan = [batches[i] for i in np.argsort(keys, kind="stable")]
         self._cached_epoch = (epoch, plan)
@@ -147,7 +155,9 @@ class BatchPlan:
     def examples_before(self, batches_drawn):
         """Pairs delivered by the first `batches_drawn` global batches (the position counted in examples)."""
         epoch, offset = divmod(batches_drawn, self.batches_per_epoch)
-        return epoch * self.examples + int(sum(b.size for b in self.epoch_batches(epoch)[:offset]))
+        return epoch * self.pairs_per_epoch + int(
+            sum(b.size for b in self.epoch_batches(epoch)[:offset])
+        )
 
     def batch(self, global_index):
         """Global batch `global_index` as padded numpy `(source_ids, target_ids, labels)`."""

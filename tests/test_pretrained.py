@@ -199,6 +199,29 @@ def test_logits_equal_transformers_on_a_padded_batch(marian):
     assert difference.max() <= 1e-4, difference.max()
 
 
+def test_layer_norms_follow_marians_epsilon(marian):
+    """On inputs of variance ~1e-6, where the epsilon decides the output, our layer norms give
+    Marian's (the logits above barely depend on it at this model's scale)."""
+    theirs, _, ours, _, _ = marian
+    pairs = [
+        (
+            "encoder_layer_0/self_attention_layer_norm",
+            theirs.model.encoder.layers[0].self_attn_layer_norm,
+        ),
+        (
+            "decoder_layer_0/feed_forward_layer_norm",
+            theirs.model.decoder.layers[0].final_layer_norm,
+        ),
+    ]
+    layers = {layer.path: layer for layer in ours._flatten_layers() if hasattr(layer, "path")}
+    inputs = 1e-3 * np.random.default_rng(0).standard_normal((2, 3, ours.config.hidden_dim))
+    for path, their_layer in pairs:
+        with torch.no_grad():
+            expected = their_layer(torch.tensor(inputs, dtype=torch.float32)).numpy()
+        actual = np.asarray(layers[path](inputs.astype("float32")))
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-4)
+
+
 def _their_outputs(theirs, tokenizer, id_map, **settings):
     batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
     with torch.no_grad():

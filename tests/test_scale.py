@@ -29,7 +29,7 @@ def records(tmp_path_factory):
         [sys.executable, HARNESS, str(out_dir), *cases],
         capture_output=True,
         text=True,
-        timeout=2400,  # one process for every case; a loaded 2-core machine takes ~20 min
+        timeout=2400,  # one process runs every case, on a machine others may share
         env=script_environment(),
     )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]

@@ -512,7 +512,9 @@ def _checkpoint_keys(path):
     """A checkpoint's reader and `{variable name: [its keys]}` from the object graph it records."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-    reader = tf.train.load_checkpoint(str(path))
+    reader = tf.compat.v1.train.NewCheckpointReader(
+        str(path)
+    )  # load_checkpoint misreads ram:// prefixes as directories
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     keys = {}

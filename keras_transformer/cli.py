@@ -12,6 +12,7 @@ import typing
 
 from absl import app, flags, logging
 
+from keras_transformer import streaming
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
 from keras_transformer.data.sources import DATASETS, SPLITS
@@ -379,7 +380,16 @@ def run(main, tensorflow_only=True):
                 raise
             _fail(str(error).splitlines()[0] if str(error) else type(error).__name__, FAILED)
 
-    app.run(guarded)
+    try:
+        app.run(guarded)
+    except SystemExit as exit:
+        if streaming.reading():  # see `streaming.reading`: end without finalizing
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if isinstance(exit.code, str):
+                print(exit.code, file=sys.stderr, flush=True)
+            os._exit(exit.code if isinstance(exit.code, int) else FAILED if exit.code else 0)
+        raise
 
 
 def _fail(message, status):

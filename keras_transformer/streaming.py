@@ -22,6 +22,19 @@ already there at once: a file piped in is still sorted by length, within that ma
 
 _END = object()  # the reader's last item: the stream ended (or failed)
 
+_READERS = []  # the reader threads started (`reading`)
+
+
+def reading():
+    """Whether a reader thread of `line_batches` is still blocked reading its stream.
+
+    A process that ends then (a script stopping at a bad line while its standard input stays
+    open) must not finalize the interpreter: closing `sys.stdin` waits for the lock the blocked
+    read holds, and CPython aborts ("could not acquire lock ... at interpreter shutdown,
+    possibly due to daemon threads"). `cli.run` ends such a process with `os._exit`.
+    """
+    return any(thread.is_alive() for thread in _READERS)
+
 
 def line_batches(stream, max_lines):
     """Yield the lines of a binary `stream` in batches of the lines already available.
@@ -54,7 +67,9 @@ def line_batches(stream, max_lines):
         finally:
             lines.put(_END)
 
-    threading.Thread(target=read, name="line reader", daemon=True).start()
+    reader = threading.Thread(target=read, name="line reader", daemon=True)
+    _READERS.append(reader)
+    reader.start()
     ended = False
     while not ended:
         batch = []

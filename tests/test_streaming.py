@@ -127,3 +127,44 @@ def test_translate_answers_each_stdin_line_before_the_next(trained_run, nbest_fi
         assert session.answer(NEXT_ANSWER_TIMEOUT) is None  # nothing more
     best = {index: (score, text) for index, score, text in reversed(_nbest_rows(nbest_lines))}
     assert received == [f"{text}\t{score:.4f}" for score, text in (best[i] for i in range(3))]
+
+
+STOPPING_SCRIPT = """
+import sys
+from keras_transformer import cli, streaming
+
+def main(argv):
+    for batch in streaming.line_batches(sys.stdin.buffer, 4):
+        raise ValueError(f"bad line {batch[0]!r}")
+
+cli.run(main, tensorflow_only=False)
+"""
+
+
+def test_a_script_stopping_while_its_input_stays_open_exits_with_its_status(tmp_path):
+    """A script that stops at a line while its standard input stays open (the reader thread
+    blocked in a read) exits with its status and one line: finalizing the interpreter then
+    would abort the process (SIGABRT: stdin's lock held by the blocked read)."""
+    import subprocess
+    import sys
+
+    from tests.scripts import script_environment
+
+    script = tmp_path / "stop.py"
+    script.write_text(STOPPING_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=script_environment(),
+    )
+    try:
+        process.stdin.write(b"first\n")
+        process.stdin.flush()  # and stdin stays open
+        status = process.wait(timeout=300)
+        stderr = process.stderr.read().decode()
+    finally:
+        process.kill()
+        process.stdin.close()
+    assert status == 1, (status, stderr[-2000:])
+    assert stderr.strip().splitlines()[-1] == "error: bad line b'first\\n'"

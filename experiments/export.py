@@ -186,15 +186,7 @@ def main(argv):
     print(f"TF Serving model config: {result.model_config}")
 
     loaded = tf.saved_model.load(str(result.path))
-    sample = FLAGS.sample
-    if sample is None:
-        try:
-            sample = validation_sample(FLAGS.model_dir)
-        except (OSError, ValueError) as err:  # e.g. a corpus directory that moved since training
-            sample = FLAGS.warmup_sentences[0]
-            progress(
-                f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence"
-            )
+    sample = _sample()
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")
     print(
@@ -240,12 +232,7 @@ def export_for_ctranslate2(export_dir, options):
         + (", vmap.txt: translate with use_vmap=True)" if FLAGS.vocabulary_map else ")")
     )
     config, _ = read_run_config(FLAGS.model_dir)
-    sample = FLAGS.sample
-    if sample is None:
-        try:
-            sample = validation_sample(FLAGS.model_dir)
-        except (OSError, ValueError):  # e.g. a corpus directory that moved since training
-            sample = FLAGS.warmup_sentences[0]
+    sample = _sample()
     tokenizer = run_tokenizer(path)  # the copy beside the model: spm.model or a Marian pair
     with fs.local_copy(path) as local:  # CTranslate2 reads local files only
         translator = ctranslate2.Translator(str(local), device="cpu")
@@ -264,6 +251,20 @@ def export_for_ctranslate2(export_dir, options):
     )
 
 
+def _sample():
+    """The sentence an export translates once loaded: --sample, else a validation sentence of
+    the run, else the first warmup sentence."""
+    if FLAGS.sample is not None:
+        return FLAGS.sample
+    try:
+        return validation_sample(FLAGS.model_dir)
+    except (OSError, ValueError) as err:  # e.g. a corpus directory that moved since training
+        progress(
+            f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence"
+        )
+        return FLAGS.warmup_sentences[0]
+
+
 def export_for_transformers(export_dir, options):
     """`--format=transformers`: write the MarianMTModel directory, translate the sample with it
     (`MarianMTModel.generate` with `options`' beam size, greedy at 1; its own length penalty)."""
@@ -279,12 +280,7 @@ def export_for_transformers(export_dir, options):
 
     model = MarianMTModel.from_pretrained(str(path)).eval()
     tokenizer = MarianTokenizer.from_pretrained(str(path))
-    sample = FLAGS.sample
-    if sample is None:
-        try:
-            sample = validation_sample(FLAGS.model_dir)
-        except (OSError, ValueError):  # e.g. a corpus directory that moved since training
-            sample = FLAGS.warmup_sentences[0]
+    sample = _sample()
     inputs = tokenizer([sample], return_tensors="pt")
     generated = model.generate(
         **inputs,

@@ -489,7 +489,8 @@ def read_model_weights(model, path):
             naming a missing one).
     """
     try:
-        if _read_weights_by_path(model, path):
+        unmatched = _read_weights_by_path(model, path)
+        if not unmatched:
             return model
         tf.train.Checkpoint(model=model).read(
             str(path)
@@ -499,11 +500,10 @@ def read_model_weights(model, path):
             f"Cannot read checkpoint {path}: {unreadable_reason(error)}"
         ) from None
     except AssertionError:
-        missing = [v.path for v in model.weights if v.path not in _checkpoint_keys(path)[1]]
         raise CheckpointReadError(
-            f"Checkpoint {path} does not hold this model's weights: {len(missing)} of "
-            f"{len(model.weights)} not found (the first: {missing[:1] or '?'}); was it written "
-            "by a run of another model or config?"
+            f"Checkpoint {path} does not hold this model's weights: {len(unmatched)} of "
+            f"{len(model.weights)} not found by name and shape (the first: {unmatched[0]}); was "
+            "it written by a run of another model or config?"
         ) from None
     return model
 
@@ -526,19 +526,22 @@ def _checkpoint_keys(path):
 
 
 def _read_weights_by_path(model, path):
-    """Assign every model variable the checkpoint value recorded under its path; False (and
-    nothing assigned) unless the checkpoint names each once, with the variable's shape."""
+    """Assign every model variable the checkpoint value recorded under its path, and return [];
+    unless the checkpoint names each once with the variable's shape: then assign nothing and
+    return the paths of those it does not."""
     reader, keys = _checkpoint_keys(path)
     shapes = reader.get_variable_to_shape_map()
-    found = []
+    found, unmatched = [], []
     for variable in model.weights:
         variable_keys = keys.get(variable.path, ())
-        if len(variable_keys) != 1 or shapes[variable_keys[0]] != list(variable.shape):
-            return False
-        found.append((variable, variable_keys[0]))
-    for variable, key in found:
-        variable.assign(tf.cast(reader.get_tensor(key), variable.dtype))
-    return True
+        if len(variable_keys) == 1 and shapes[variable_keys[0]] == list(variable.shape):
+            found.append((variable, variable_keys[0]))
+        else:
+            unmatched.append(variable.path)
+    if not unmatched:
+        for variable, key in found:
+            variable.assign(tf.cast(reader.get_tensor(key), variable.dtype))
+    return unmatched
 
 
 def average_checkpoints(model, paths):

@@ -68,7 +68,7 @@ def line_batches(stream, max_lines):
             lines.put(_END)
 
     reader = threading.Thread(target=read, name="line reader", daemon=True)
-    _READERS.append(reader)
+    _READERS[:] = [thread for thread in _READERS if thread.is_alive()] + [reader]
     reader.start()
     ended = False
     while not ended:

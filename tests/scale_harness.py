@@ -132,23 +132,12 @@ def strategy(replicas=2):
     return _STRATEGIES[replicas]
 
 
-def overflow_case(case, out_dir):
-    kind, rest = case.split("_", 1)
-    precision, accum = rest.rsplit("_accum", 1)
-    accum = int(accum)
-    # One pipeline feeds the replicas in turn: an update takes [replica 0, replica 1] * accum.
-    halves = [half_batch(step, half) for step in range(2) for half in (0, 1)]
-    per_update = 2 * accum
-    updates = [halves[i : i + 2] * accum for i in range(0, len(halves), 2)]
-    if kind == "overflow":  # the second replica's first micro-batch overflows
-        inputs, labels = updates[0][1]
-        updates.insert(1, [updates[0][0], (inputs, poison(labels))] + updates[0][:2] * (accum - 1))
-    batches = [half for update in updates for half in update]
-    assert all(len(update) == per_update for update in updates)
-    keras.utils.set_random_seed(0)
+def _train_two_updates(run_dir, precision, accum, batches):
+    """Train the loop for two updates of `accum` micro-batches on `batches` (one pipeline feeding
+    the replicas in turn): `(trainer, {"step", "skipped", "loss_scale"})`."""
     trainer = Trainer(
         get_preset("tiny", **{**CONFIG, "train_steps": 2}),
-        out_dir / f"run_{case}",
+        run_dir,
         # Without loss scaling a non-finite gradient stops by default; skipping must be asked for.
         TrainOptions(
             precision=precision,
@@ -167,6 +156,23 @@ def overflow_case(case, out_dir):
         "skipped": trainer.skipped_steps,
         "loss_scale": _scale(trainer),
     }
+
+
+def overflow_case(case, out_dir):
+    kind, rest = case.split("_", 1)
+    precision, accum = rest.rsplit("_accum", 1)
+    accum = int(accum)
+    # One pipeline feeds the replicas in turn: an update takes [replica 0, replica 1] * accum.
+    halves = [half_batch(step, half) for step in range(2) for half in (0, 1)]
+    per_update = 2 * accum
+    updates = [halves[i : i + 2] * accum for i in range(0, len(halves), 2)]
+    if kind == "overflow":  # the second replica's first micro-batch overflows
+        inputs, labels = updates[0][1]
+        updates.insert(1, [updates[0][0], (inputs, poison(labels))] + updates[0][:2] * (accum - 1))
+    batches = [half for update in updates for half in update]
+    assert all(len(update) == per_update for update in updates)
+    keras.utils.set_random_seed(0)
+    return _train_two_updates(out_dir / f"run_{case}", precision, accum, batches)
 
 
 def loop_split_case(case, out_dir):
@@ -256,26 +262,7 @@ def skip_case(case, out_dir):
     for inputs, labels in micro_batches:  # one pipeline feeds the replicas in turn
         for part in (slice(None, HALF), slice(HALF, None)):
             halves.append(({key: value[part] for key, value in inputs.items()}, labels[part]))
-    trainer = Trainer(
-        get_preset("tiny", **{**CONFIG, "train_steps": 2}),
-        out_dir / f"run_{case}",
-        TrainOptions(
-            precision=precision,
-            accum_steps=2,
-            log_every=1,
-            checkpoint_every=100,
-            progress=False,
-            on_nonfinite="stop" if precision == "mixed_float16" else "skip",
-        ),
-        strategy(),
-        optimizer=lambda: _optimizer(precision),
-    )
-    results = trainer.train(lambda context: dataset_of(halves))
-    return trainer, {
-        "step": results["step"],
-        "skipped": trainer.skipped_steps,
-        "loss_scale": _scale(trainer),
-    }
+    return _train_two_updates(out_dir / f"run_{case}", precision, 2, halves)
 
 
 def accumulation_by_hand():

@@ -425,8 +425,8 @@ def marian_run(multi30k_dir, tmp_path_factory):
     random-initialised tiny Transformer of its vocabulary size as `checkpoints/ckpt-0`."""
     from keras_transformer.models.config import get_preset
     from keras_transformer.models.transformer import build_model
+    from keras_transformer.pretrained import write_weights_checkpoint
     from keras_transformer.training import TrainOptions
-    from keras_transformer.training.checkpoints import checkpoint_manager, save_checkpoint
     from keras_transformer.training.trainer import write_run_config
 
     run = write_marian_tokenizer(tmp_path_factory.mktemp("marian_run"), multi30k_dir)
@@ -441,11 +441,7 @@ def marian_run(multi30k_dir, tmp_path_factory):
         max_length=32,
     )
     write_run_config(run, config, TrainOptions())
-    model = build_model(config)
-    manager = checkpoint_manager(
-        tf.train.Checkpoint(model=model), runs.checkpoint_dir(run), max_to_keep=None
-    )
-    save_checkpoint(manager, 0)
+    write_weights_checkpoint(build_model(config), run)
     return run
 
 

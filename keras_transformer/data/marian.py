@@ -381,6 +381,8 @@ class MarianTokenizer(tf.Module):
         self._files = files
         self._source_map = files.source_vocabulary.id_map()
         self._target_map = files.target_vocabulary.id_map()
+        self._source_inverse = marian_id_inverse(self._source_map)
+        self._target_inverse = marian_id_inverse(self._target_map)
         self._source_spm = _sentencepiece(files.source_spm)
         self._target_spm = _sentencepiece(files.target_spm)
         self._source_ids = _piece_table(files.source_vocabulary, self._source_map)
@@ -427,7 +429,8 @@ class MarianTokenizer(tf.Module):
             )
         if int(piece_id) == BOS_ID:
             return "<s>"
-        return vocabulary.pieces[int(marian_id_inverse(id_map)[int(piece_id)])]
+        inverse = self._target_inverse if target else self._source_inverse
+        return vocabulary.pieces[int(inverse[int(piece_id)])]
 
     def tokenize(self, strings):
         """Source text -> our source ids (`source.spm`, vocab.json), without `</s>`.

@@ -201,6 +201,24 @@ def test_training_flops_counts_attention_by_real_lengths():
     assert training_flops(config, [3, 5], [2, 4]) == 3 * 96_000
 
 
+def test_training_flops_projects_onto_the_target_vocabulary():
+    # The hand count above with a source vocabulary of 100 and a target vocabulary of 60:
+    # the output projection is 2 * D * 60 * 6 = 11,520 (the source embedding is a lookup,
+    # no multiplication), so 96,000 - 19,200 + 11,520 = 88,320 forward, times 3.
+    config = get_preset(
+        "tiny",
+        vocabulary_size=100,
+        target_vocabulary_size=60,
+        share_embeddings=False,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_heads=2,
+    )
+    assert training_flops(config, [3, 5], [2, 4]) == 3 * 88_320
+
+
 CPUINFO = """processor\t: {processor}
 model name\t: Test CPU
 physical id\t: 0

@@ -10,8 +10,9 @@ def training_flops(config, source_lengths, target_lengths):
 
     Counts the matrix multiplications (2 FLOPs per multiply-add) of the forward pass over
     real tokens only -- projections, attention scores and weighted sums, feed-forward, the
-    output projection -- and multiplies by 3 for the backward pass (the usual convention;
-    softmax, normalization and elementwise work are not counted).
+    output projection onto the target vocabulary (`decoder_vocabulary_size`; embedding
+    lookups are not multiplications) -- and multiplies by 3 for the backward pass (the usual
+    convention; softmax, normalization and elementwise work are not counted).
 
     Args:
         config: the model's `TransformerConfig`.
@@ -22,7 +23,7 @@ def training_flops(config, source_lengths, target_lengths):
     d, f, v, h = (
         config.hidden_dim,
         config.intermediate_dim,
-        config.vocabulary_size,
+        config.decoder_vocabulary_size,  # the output projection's rows
         config.num_heads,
     )
     dk, dv = config.head_key_dim * h, config.head_value_dim * h

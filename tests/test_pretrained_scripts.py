@@ -129,6 +129,9 @@ def test_train_fine_tunes_the_import_from_step_0(imported, tmp_path, multi30k_di
         "--noprogress",
     )
     assert "Restored" in result.stderr and "ckpt-0 at step 0" in result.stderr
+    # An import's checkpoint is not an older one: it holds the weights and nothing more, by design.
+    assert "ckpt-0 holds the model's weights only (no optimizer state)" in result.stderr
+    assert "older checkpoint" not in result.stderr
     starts = [json.loads(line) for line in (run / "starts.jsonl").read_text().splitlines()]
     assert [start["step"] for start in starts] == [0]
     losses = [

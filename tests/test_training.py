@@ -1,5 +1,6 @@
 """Training: loss, schedule, the loop (resume, accumulation, strategies), averaging, model.fit."""
 
+import logging
 import math
 from pathlib import Path
 
@@ -390,6 +391,59 @@ def test_rerun_resumes_step_count(tmp_path):
         "ckpt-4",
         "ckpt-5",
     ]
+
+
+def test_a_checkpoint_that_holds_less_says_truly_what_starts_anew(tmp_path, caplog):
+    """The model's weights alone (an import's ckpt-0): no warning, step 0; the model and the
+    optimizer without the input's position (an older checkpoint): the warning, the step kept."""
+    from keras_transformer.pretrained import write_weights_checkpoint
+    from keras_transformer.training.checkpoints import checkpoint_manager, save_checkpoint
+
+    config = micro_config()
+    source = Trainer(config, tmp_path / "source", TrainOptions(progress=False))
+    source.optimizer.iterations.assign(3)
+    imported = write_weights_checkpoint(source.model, tmp_path / "import")
+    older = save_checkpoint(
+        checkpoint_manager(
+            tf.train.Checkpoint(model=source.model, optimizer=source.optimizer),
+            tmp_path / "older" / "checkpoints",
+            max_to_keep=None,
+        ),
+        3,
+    )
+    for run, path, step, message in (
+        (
+            "import",
+            imported,
+            0,
+            (
+                "INFO",
+                f"{imported} holds the model's weights only (no optimizer state): the step, "
+                "the optimizer and the input start anew",
+            ),
+        ),
+        (
+            "older",
+            older,
+            3,
+            (
+                "WARNING",
+                f"{older} holds no input position (an older checkpoint): its input "
+                "starts from the first batch",
+            ),
+        ),
+    ):
+        trainer = Trainer(config, tmp_path / run, TrainOptions(progress=False))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="absl"):
+            assert trainer.restore() == path
+        holds = [
+            (r.levelname, r.getMessage()) for r in caplog.records if " holds " in r.getMessage()
+        ]
+        assert holds == [message]
+        assert trainer.step == step
+        for restored, written in zip(trainer.model.get_weights(), source.model.get_weights()):
+            np.testing.assert_array_equal(restored, written)
 
 
 def test_averaging_two_checkpoints_gives_the_mean(tmp_path):

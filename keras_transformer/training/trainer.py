@@ -635,16 +635,25 @@ def _task_id(strategy):
 
 
 def _restore(checkpoint, path):
-    """Restore `path`; a checkpoint written before the input's position was kept (it counted
-    updates drawn from a stream) restores everything else, and its input starts anew."""
+    """Restore `path`. Two checkpoints hold less than a training run writes, and restore what
+    they hold: one of the model's weights alone (`pretrained.write_weights_checkpoint`, an
+    import), whose step, optimizer and input start anew as a new run's do; and one written
+    before the input's position was kept (it counted updates drawn from a stream), whose input
+    starts anew with a warning."""
     # The reader of the prefix itself: `tf.train.load_checkpoint` first asks whether the path is a
     # directory, which on `ram://` any prefix of a file name is.
-    if tf.compat.v1.train.NewCheckpointReader(str(path)).has_tensor(
-        "batches_drawn/.ATTRIBUTES/VARIABLE_VALUE"
-    ):
+    names = tf.compat.v1.train.NewCheckpointReader(str(path)).get_variable_to_shape_map()
+    if "batches_drawn/.ATTRIBUTES/VARIABLE_VALUE" in names:
         checkpoint.restore(path).assert_existing_objects_matched()
         return
     checkpoint.restore(path).expect_partial()
+    if not any(name.startswith("optimizer/") for name in names):
+        logging.info(
+            "%s holds the model's weights only (no optimizer state): the step, the optimizer and "
+            "the input start anew",
+            path,
+        )
+        return
     logging.warning(
         "%s holds no input position (an older checkpoint): its input starts from the first batch",
         path,

@@ -27,6 +27,7 @@ and `evaluation.evaluate_saved_model` read a version, or a root's highest comple
 `<name>` may be any path `keras_transformer.fs` knows (`gs://bucket/saved_models/name`).
 """
 
+import os
 import random
 import re
 import time
@@ -36,8 +37,8 @@ from absl import logging
 from keras_transformer import fs
 
 SAVED_MODEL_FILE = "saved_model.pb"  # read first by a loader; published last
-VARIABLES_INDEX = "variables/variables.index"
-_DATA_SHARD = re.compile(r"variables\.data-\d+-of-(\d+)$")
+VARIABLES_PREFIX = "variables/variables"  # the checkpoint files of the SavedModel's variables
+_DATA_SHARD = re.compile(r"\.data-\d+-of-(\d+)$")
 
 
 def list_versions(model_root):
@@ -60,24 +61,31 @@ def next_version(model_root):
     return max(taken) + 1 if taken else 1
 
 
+def missing_checkpoint_files(prefix):
+    """What the TensorFlow checkpoint files at `prefix` lack, as suffixes of `prefix`: `.index`,
+    then each absent data shard `.data-<i>-of-<n>` (`.data-*` when there is none); [] if
+    complete. `prefix`: a `tf.train.Checkpoint` prefix (`runs`), or a SavedModel's
+    `variables/variables`; any `fs` path."""
+    missing = [] if fs.exists(f"{prefix}.index") else [".index"]
+    found = fs.glob(f"{prefix}.data-*")
+    shards = [match for match in (_DATA_SHARD.search(os.fspath(path)) for path in found) if match]
+    counts = sorted({int(match.group(1)) for match in shards})
+    present = {match.group(0) for match in shards}
+    missing += [
+        shard
+        for shard in (f".data-{i:05d}-of-{count:05d}" for count in counts for i in range(count))
+        if shard not in present
+    ]
+    if not found:
+        missing.append(".data-*")
+    return missing
+
+
 def missing_files(saved_model_dir):
     """What a SavedModel directory lacks: `saved_model.pb`, the variables' index, a data shard; [] if complete."""
-    missing = [
-        relative
-        for relative in (SAVED_MODEL_FILE, VARIABLES_INDEX)
-        if not fs.isfile(fs.join(saved_model_dir, relative))
-    ]
-    shards = [
-        fs.name(path) for path in fs.glob(fs.join(saved_model_dir, "variables", "variables.data-*"))
-    ]
-    counts = {int(match.group(1)) for match in map(_DATA_SHARD.match, shards) if match}
-    expected = [
-        f"variables.data-{index:05d}-of-{count:05d}" for count in counts for index in range(count)
-    ]
-    missing += [f"variables/{shard}" for shard in expected if shard not in shards]
-    if not shards:
-        missing.append("variables/variables.data-*")
-    return missing
+    missing = [] if fs.isfile(fs.join(saved_model_dir, SAVED_MODEL_FILE)) else [SAVED_MODEL_FILE]
+    variables = fs.join(saved_model_dir, VARIABLES_PREFIX)
+    return missing + [VARIABLES_PREFIX + suffix for suffix in missing_checkpoint_files(variables)]
 
 
 def claim_version(model_root, version=None, attempts=50):

@@ -38,6 +38,7 @@ from absl import logging
 from keras_transformer import fs
 from keras_transformer.data import marian
 from keras_transformer.data.tokenizer import Tokenizer
+from keras_transformer.model_root import missing_checkpoint_files
 from keras_transformer.models.config import model_config
 from keras_transformer.models.transformer import build_model
 
@@ -109,28 +110,12 @@ def damage_reason(path, error):
             return {
                 ".index": "its index file is missing",
                 ".data-*": "its data files are missing",
-            }.get(missing[0][len(str(path)) :], f"{missing[0]} is missing")
+            }.get(missing[0], f"{path}{missing[0]} is missing")
         if type(error) is not tf.errors.NotFoundError and any(
             text in str(error) for text in _CORRUPT_MESSAGES
         ):
             return unreadable_reason(error)
     return None
-
-
-def missing_checkpoint_files(path):
-    """The files of the checkpoint at prefix `path` that are not there: its index, or data shards (`<path>.data-i-of-n`;
-    `<path>.data-*` when there is none)."""
-    if not fs.exists(f"{path}.index"):
-        return [f"{path}.index"]
-    shards = [str(name) for name in fs.glob(f"{path}.data-*")]
-    if not shards:
-        return [f"{path}.data-*"]
-    total = int(shards[0].rsplit("-of-", 1)[1])
-    return [
-        name
-        for name in (f"{path}.data-{i:05d}-of-{total:05d}" for i in range(total))
-        if name not in shards
-    ]
 
 
 def error_line(error):

@@ -115,6 +115,15 @@ def test_damage_is_told_from_its_files(trained_run, run_model, tmp_path, how, re
     )
 
 
+def test_a_checkpoint_without_one_of_its_data_shards_names_it(tmp_path):
+    """Shards are counted from their names (`-of-<n>`); another checkpoint's (ckpt-30) are not its."""
+    path = tmp_path / "ckpt-3"
+    for name in ("ckpt-3.index", "ckpt-3.data-00000-of-00002", "ckpt-30.data-00001-of-00002"):
+        (tmp_path / name).write_bytes(b"")
+    error = tf.errors.NotFoundError(None, None, "not found")
+    assert runs.damage_reason(path, error) == f"{path}.data-00001-of-00002 is missing"
+
+
 @pytest.mark.parametrize(
     "error",
     [

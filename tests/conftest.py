@@ -62,6 +62,7 @@ SLOW_TESTS = (
     "test_shortlist.py::test_ctranslate2_vmap_file_is_the_same_shortlist",
     "test_shortlist.py::test_int8_shortlist_of_every_token_is_the_exact_search",
     "test_shortlist.py::test_saved_model_with_a_map_translates_as_the_step",
+    "test_shortlist.py::test_separate_run_map_and_ctranslate2_vmap",
     "test_streaming.py::test_a_script_stopping_while_its_input_stays_open_exits_with_its_status",
     "test_streaming.py::test_translate_answers_each_stdin_line_before_the_next",
     "test_streaming.py::test_translate_nbest_larger_than_the_beam_is_one_line",

@@ -17,6 +17,10 @@ search's. With a shortlist that holds every token it is exact (tests/test_shortl
 
 `ShortlistStep` is `CachedStep` with the shortlist in its state; `beam_search` maps the
 positions it selects back to token ids (`output_ids`). TensorFlow only.
+
+A model whose decoder has a vocabulary of its own (`TransformerConfig.target_vocabulary_size`,
+an OPUS-MT import) gets a map whose rows are its source tokens and whose candidates are its
+target tokens (`VocabularyMap.target_vocabulary_size`).
 """
 
 import dataclasses
@@ -40,16 +44,32 @@ class VocabularyMap:
     """Per source token, the target tokens it may lead to; and tokens always allowed.
 
     Attributes:
-        candidates: int32 `(V, m)`: row `s` lists source token `s`'s candidates, best
-            first, padded with PAD (which never enters a shortlist).
+        candidates: int32 `(V, m)`: row `s` lists source token `s`'s candidates (target
+            token ids), best first, padded with PAD (which never enters a shortlist).
         always: int32 `(F,)`: the frequent target tokens, candidates for every batch.
+        target_vocabulary_size: the target vocabulary's size V_t (every candidate is below
+            it); None: V, one vocabulary for both sides.
     """
 
     candidates: np.ndarray
     always: np.ndarray
+    target_vocabulary_size: int | None = None
+
+    def __post_init__(self):
+        if self.target_vocabulary_size is None:
+            object.__setattr__(self, "target_vocabulary_size", self.vocabulary_size)
+        largest = max(
+            (int(ids.max()) for ids in (self.candidates, self.always) if ids.size), default=0
+        )
+        if largest >= self.target_vocabulary_size:
+            raise ValueError(
+                "A vocabulary map's candidates must be target token ids. Received: candidate "
+                f"{largest}, target_vocabulary_size={self.target_vocabulary_size}"
+            )
 
     @property
     def vocabulary_size(self):
+        """The source vocabulary's size V (the rows of `candidates`)."""
         return self.candidates.shape[0]
 
     @property
@@ -58,32 +78,39 @@ class VocabularyMap:
         return f"{self.candidates.shape[1]} per source token + {len(self.always)} frequent"
 
     @classmethod
-    def every_token(cls, vocabulary_size):
-        """The map whose every shortlist is the whole vocabulary: a shortlisted search
+    def every_token(cls, vocabulary_size, target_vocabulary_size=None):
+        """The map whose every shortlist is the whole target vocabulary: a shortlisted search
         with it is the exact search (the reference the shortlist is checked against)."""
-        ids = np.arange(vocabulary_size, dtype=np.int32)
-        return cls(np.tile(ids, (vocabulary_size, 1)), np.zeros(0, np.int32))
+        target_vocabulary_size = target_vocabulary_size or vocabulary_size
+        ids = np.arange(target_vocabulary_size, dtype=np.int32)
+        return cls(
+            np.tile(ids, (vocabulary_size, 1)), np.zeros(0, np.int32), target_vocabulary_size
+        )
 
     @classmethod
-    def build(cls, pairs, vocabulary_size, per_source=10, frequent=300):
+    def build(
+        cls, pairs, vocabulary_size, per_source=10, frequent=300, target_vocabulary_size=None
+    ):
         """The map of tokenized `(source ids, target ids)` pairs (the training data).
 
         Args:
             pairs: iterable of `(source_ids, target_ids)` int sequences.
-            vocabulary_size: V.
+            vocabulary_size: V, the source vocabulary's size.
             per_source: m, candidates kept per source token (by Dice coefficient, then
                 co-occurrence count).
             frequent: F, the most frequent target tokens, always candidates.
+            target_vocabulary_size: V_t, the target vocabulary's size; None: V.
         """
         if per_source < 1 or frequent < 0:
             raise ValueError(
                 f"per_source must be >= 1 and frequent >= 0. Received: per_source={per_source}, "
                 f"frequent={frequent}"
             )
+        target_vocabulary_size = target_vocabulary_size or vocabulary_size
         keys, source_count = [], np.zeros(vocabulary_size, np.int64)
         target_count, target_tokens = (
-            np.zeros(vocabulary_size, np.int64),
-            np.zeros(vocabulary_size, np.int64),
+            np.zeros(target_vocabulary_size, np.int64),
+            np.zeros(target_vocabulary_size, np.int64),
         )
         for source, target in pairs:
             source, target = np.asarray(source, np.int64), np.asarray(target, np.int64)
@@ -91,11 +118,13 @@ class VocabularyMap:
             source_count[unique_source] += 1
             target_count[unique_target] += 1
             np.add.at(target_tokens, target, 1)
-            keys.append((unique_source[:, None] * vocabulary_size + unique_target[None, :]).ravel())
+            keys.append(
+                (unique_source[:, None] * target_vocabulary_size + unique_target[None, :]).ravel()
+            )
         keys, together = np.unique(
             np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True
         )
-        sources, targets = keys // vocabulary_size, keys % vocabulary_size
+        sources, targets = keys // target_vocabulary_size, keys % target_vocabulary_size
         dice = 2.0 * together / (source_count[sources] + target_count[targets])
         allowed = ~np.isin(targets, BANNED_IDS)
         sources, targets, dice, together = (
@@ -114,23 +143,35 @@ class VocabularyMap:
         by_frequency = [
             token for token in np.argsort(-target_tokens, kind="stable") if token not in BANNED_IDS
         ]
-        return cls(candidates, np.asarray(by_frequency[:frequent], np.int32))
+        return cls(
+            candidates, np.asarray(by_frequency[:frequent], np.int32), target_vocabulary_size
+        )
 
     def shortlist(self, source_ids):
         """The sorted token ids a batch may produce: int32 `(S,)` (numpy, for checks)."""
-        allowed = np.zeros(self.vocabulary_size, bool)
+        allowed = np.zeros(self.target_vocabulary_size, bool)
         allowed[self.candidates[np.asarray(source_ids)].ravel()] = True
         allowed[self.always] = True
         allowed[list(ALWAYS_IDS)] = True
         return np.flatnonzero(allowed).astype(np.int32)
 
-    def write_ctranslate2(self, path, pieces):
+    def write_ctranslate2(self, path, pieces, target_pieces=None):
         """The same map as CTranslate2's `vmap` text file: `source<TAB>targets` per source
-        token, and `<TAB>targets` for the tokens always allowed (`pieces`: tokens in id order)."""
+        token, and `<TAB>targets` for the tokens always allowed (`pieces`: the source tokens in
+        id order; `target_pieces`: the target's, None: `pieces`, one vocabulary)."""
+        target_pieces = pieces if target_pieces is None else target_pieces
+        sizes = (len(pieces), len(target_pieces))
+        if sizes != (self.vocabulary_size, self.target_vocabulary_size):
+            raise ValueError(
+                "The pieces and the vocabulary map have different vocabularies. Received: "
+                f"{sizes[0]} source and {sizes[1]} target pieces, a map of "
+                f"{self.vocabulary_size} rows and target_vocabulary_size="
+                f"{self.target_vocabulary_size}"
+            )
         with open(path, "w", encoding="utf-8") as vmap:
-            vmap.write("\t" + " ".join(pieces[token] for token in self.always) + "\n")
+            vmap.write("\t" + " ".join(target_pieces[token] for token in self.always) + "\n")
             for source, row in enumerate(self.candidates):
-                targets = [pieces[token] for token in row if token not in BANNED_IDS]
+                targets = [target_pieces[token] for token in row if token not in BANNED_IDS]
                 if targets and source not in BANNED_IDS:
                     vmap.write(f"{pieces[source]}\t{' '.join(targets)}\n")
 
@@ -145,18 +186,21 @@ def run_vocabulary_map(model_dir, per_source=10, frequent=300):
     sources = tokenizer.tokenize([source for source, _ in pairs]).to_list()
     targets = tokenizer.tokenize_target([target for _, target in pairs]).to_list()
     return VocabularyMap.build(
-        zip(sources, targets), tokenizer.vocabulary_size, per_source, frequent
+        zip(sources, targets),
+        tokenizer.vocabulary_size,
+        per_source,
+        frequent,
+        target_vocabulary_size=tokenizer.target_vocabulary_size,
     )
 
 
-def batch_shortlist(candidates, always, source_ids):
+def batch_shortlist(candidates, always, source_ids, target_vocabulary_size):
     """`VocabularyMap.shortlist` in the graph: `candidates (V, m)`, `always (F,)`,
-    `source_ids (B, S)` -> sorted int32 `(S',)`."""
-    vocabulary_size = tf.shape(candidates)[0]
+    `source_ids (B, S)`, the target vocabulary's size V_t -> sorted int32 `(S',)`."""
     ids = tf.concat(
         [tf.reshape(tf.gather(candidates, source_ids), [-1]), always, ALWAYS_IDS], axis=0
     )
-    counts = tf.scatter_nd(ids[:, None], tf.ones_like(ids), [vocabulary_size])  # (V,)
+    counts = tf.scatter_nd(ids[:, None], tf.ones_like(ids), [target_vocabulary_size])  # (V_t,)
     return tf.cast(tf.reshape(tf.where(counts > 0), [-1]), tf.int32)
 
 
@@ -166,24 +210,37 @@ class ShortlistStep(CachedStep):
     Args:
         model: a `Transformer` with a tied output projection (`decode_step(...,
             output_ids=...)`).
-        vocabulary_map: a `VocabularyMap` of the model's vocabulary.
+        vocabulary_map: a `VocabularyMap` of the model's vocabularies (its rows the source
+            vocabulary, its candidates the decoder's, `config.decoder_vocabulary_size`).
     """
 
     def __init__(self, model, vocabulary_map):
         require_tensorflow("A vocabulary shortlist (decoding.shortlist.ShortlistStep)")
         super().__init__(model)
-        if vocabulary_map.vocabulary_size != model.config.vocabulary_size:
+        config = model.config
+        if (vocabulary_map.vocabulary_size, vocabulary_map.target_vocabulary_size) != (
+            config.vocabulary_size,
+            config.decoder_vocabulary_size,
+        ):
             raise ValueError(
-                "The vocabulary map and the model have different vocabularies. Received: "
-                f"{vocabulary_map.vocabulary_size} rows, model.config.vocabulary_size="
-                f"{model.config.vocabulary_size}"
+                "The vocabulary map and the model have different vocabularies. Received: a map "
+                f"of {vocabulary_map.vocabulary_size} rows and target_vocabulary_size="
+                f"{vocabulary_map.target_vocabulary_size}, model.config.vocabulary_size="
+                f"{config.vocabulary_size} and decoder_vocabulary_size="
+                f"{config.decoder_vocabulary_size}"
             )
         self.candidates = tf.constant(vocabulary_map.candidates, tf.int32)
         self.always = tf.constant(vocabulary_map.always, tf.int32)
+        self.target_vocabulary_size = vocabulary_map.target_vocabulary_size
 
     def initialize(self, source_ids, buffer_size, num_copies=1):
         state = super().initialize(source_ids, buffer_size, num_copies)
-        return {**state, OUTPUT_IDS: batch_shortlist(self.candidates, self.always, source_ids)}
+        return {
+            **state,
+            OUTPUT_IDS: batch_shortlist(
+                self.candidates, self.always, source_ids, self.target_vocabulary_size
+            ),
+        }
 
     def output_kwargs(self, state):
         return {"output_ids": state[OUTPUT_IDS]}

@@ -331,7 +331,8 @@ def save_ctranslate2(
         quantization: "float32" or "int8".
         files: paths of files to copy into the directory (e.g. the SentencePiece model).
         vocabulary_map: None, or a `decoding.shortlist.VocabularyMap`, written as the
-            model's `vmap.txt` (translate with `use_vmap=True`).
+            model's `vmap.txt` (translate with `use_vmap=True`): source tokens named by
+            `pieces`, target tokens by `target_pieces`.
         replace: replace an existing `output_dir` (on a local disk it is renamed aside and
             removed once the new one is in place; elsewhere its `model.bin` is removed first).
 
@@ -345,11 +346,6 @@ def save_ctranslate2(
         raise ValueError(
             f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
         )
-    if vocabulary_map is not None and target_pieces is not None:
-        raise ValueError(
-            "A vocabulary map (vmap.txt) needs one vocabulary for source and target. "
-            f"Received: target_pieces of {len(target_pieces)} pieces"
-        )
     spec = transformer_spec(model, pieces, target_pieces=target_pieces)
     for path in files:
         spec.register_file(str(path))
@@ -359,7 +355,7 @@ def save_ctranslate2(
     ):  # local files only
         if vocabulary_map is not None:
             vmap = f"{maps}/{VMAP_FILE}"
-            vocabulary_map.write_ctranslate2(vmap, pieces)
+            vocabulary_map.write_ctranslate2(vmap, pieces, target_pieces)
             spec.register_vocabulary_mapping(vmap)
         spec.validate()
         spec.optimize(quantization=quantization)

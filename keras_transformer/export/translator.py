@@ -156,7 +156,7 @@ class TranslationModule(tf.Module):
                 f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
                 f"model.config.vocabulary_size={config.vocabulary_size}"
             )
-        target_size = getattr(config, "target_vocabulary_size", None) or config.vocabulary_size
+        target_size = config.decoder_vocabulary_size
         if tokenizer.target_vocabulary_size != target_size:
             raise ValueError(
                 "The tokenizer and the model have different target vocabularies. "

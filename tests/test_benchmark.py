@@ -150,18 +150,21 @@ def test_peer_refuses_what_it_cannot_express():
         keras_hub_transformer(get_preset("tiny", attention_window=4, **PEER_CONFIG))
 
 
+# D=16, d_ff=32, V=100, one layer each side: the sizes the FLOP counts below are worked out for.
+HAND_COUNT_SIZES = dict(
+    vocabulary_size=100,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    hidden_dim=16,
+    intermediate_dim=32,
+    num_heads=2,
+)
+
+
 def test_training_flops_matches_parameter_count_for_linear_layers():
     # With one-token sequences attention costs 4*D per layer-pair of scores/values; the rest
     # is 2 FLOPs per weight per token, times 3 for training.
-    config = get_preset(
-        "tiny",
-        vocabulary_size=100,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        hidden_dim=16,
-        intermediate_dim=32,
-        num_heads=2,
-    )
+    config = get_preset("tiny", **HAND_COUNT_SIZES)
     model = Transformer(config)
     weights = {
         w.path: int(np.prod(w.shape))
@@ -189,15 +192,7 @@ def test_training_flops_counts_attention_by_real_lengths():
     #   cross-attention: 2 * 2 * D * (3*2 + 5*4)                               =  1,664
     #   output projection: 2 * D * V * 6                                       = 19,200
     # total 96,000, times 3 for a training step (forward + backward).
-    config = get_preset(
-        "tiny",
-        vocabulary_size=100,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        hidden_dim=16,
-        intermediate_dim=32,
-        num_heads=2,
-    )
+    config = get_preset("tiny", **HAND_COUNT_SIZES)
     assert training_flops(config, [3, 5], [2, 4]) == 3 * 96_000
 
 
@@ -206,15 +201,7 @@ def test_training_flops_projects_onto_the_target_vocabulary():
     # the output projection is 2 * D * 60 * 6 = 11,520 (the source embedding is a lookup,
     # no multiplication), so 96,000 - 19,200 + 11,520 = 88,320 forward, times 3.
     config = get_preset(
-        "tiny",
-        vocabulary_size=100,
-        target_vocabulary_size=60,
-        share_embeddings=False,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        hidden_dim=16,
-        intermediate_dim=32,
-        num_heads=2,
+        "tiny", **HAND_COUNT_SIZES, target_vocabulary_size=60, share_embeddings=False
     )
     assert training_flops(config, [3, 5], [2, 4]) == 3 * 88_320
 

@@ -32,8 +32,8 @@ import sys
 
 from absl import app, flags
 
-from keras_transformer import cli, fs
-from keras_transformer.decoding import Parser, decode_lines
+from keras_transformer import cli, streaming
+from keras_transformer.decoding import Parser
 from keras_transformer.decoding.parser import check_not_blank
 from keras_transformer.runs import load_ensemble, read_run_config
 
@@ -95,13 +95,9 @@ def parse_text(parser, start, lines, progress=None):
 
 def main(argv):
     del argv
+    name = FLAGS.input or "stdin"
     if FLAGS.input:
-        try:
-            data = fs.read_bytes(FLAGS.input)
-        except OSError as err:
-            raise app.UsageError(f"Cannot read --input={FLAGS.input}: {err.strerror}") from err
-        name = FLAGS.input
-        lines, replaced = decode_lines(data)
+        lines, replaced = streaming.read_lines(FLAGS.input)
         warn_replaced(replaced, name)
         check_not_blank(lines, name)  # before the model loads
     if FLAGS.method == "sample":
@@ -115,6 +111,7 @@ def main(argv):
     parser = Parser(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
+    progress = None
     if FLAGS.input:  # the whole file, checked first, in length-sorted batches
 
         def progress(done, total):
@@ -125,26 +122,18 @@ def main(argv):
                 flush=True,
             )
 
-        chunks = [(0, lines, [])]
-    else:  # each line as it arrives, with the lines already there
-        from keras_transformer import streaming
-
-        name, progress = "stdin", None
-        chunks = streaming.decoded_batches(
-            sys.stdin.buffer, streaming.MAX_BATCHES * FLAGS.batch_size
-        )
-    outputs = []
-    for start, chunk, replaced in chunks:
+    def respond(start, chunk, replaced):
         warn_replaced(replaced, name)
         parser.check(chunk, name=name, first_line=start + 1)  # stops at a line it cannot parse
-        text = parse_text(parser, start, chunk, progress)
-        if FLAGS.output:
-            outputs.append(text)
-        else:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-    if FLAGS.output:
-        fs.write_text(FLAGS.output, "".join(outputs))
+        return parse_text(parser, start, chunk, progress)
+
+    # A file: all of it, in length-sorted batches; stdin: each line as it arrives.
+    streaming.answer_lines(
+        respond,
+        (lines, []) if FLAGS.input else None,  # its invalid UTF-8 was told above
+        FLAGS.output,
+        streaming.MAX_BATCHES * FLAGS.batch_size,
+    )
 
 
 if __name__ == "__main__":

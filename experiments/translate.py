@@ -31,8 +31,8 @@ import sys
 
 from absl import app, flags
 
-from keras_transformer import cli, fs
-from keras_transformer.decoding import Translator, decode_lines, translate_lines
+from keras_transformer import cli, streaming
+from keras_transformer.decoding import Translator, translate_lines
 from keras_transformer.runs import load_ensemble, read_run_config
 
 flags.DEFINE_string(
@@ -60,15 +60,6 @@ flags.DEFINE_integer(
 flags.DEFINE_string("plot_attention", None, "Directory for attention heatmaps of every input line.")
 
 FLAGS = flags.FLAGS
-
-
-def read_lines(path):
-    """`(lines, name)`: the lines of --input (see `decoding.decode_lines`) and its name for messages."""
-    try:
-        data = fs.read_bytes(path)
-    except OSError as err:
-        raise app.UsageError(f"Cannot read --input={path}: {err.strerror}") from err
-    return decode_lines(data), path
 
 
 def search_options(config):
@@ -120,8 +111,7 @@ def main(argv):
     del argv
     if FLAGS.ensemble and FLAGS.plot_attention:
         raise app.UsageError("--plot_attention draws one model's attention: drop --ensemble")
-    if FLAGS.input:
-        (lines, replaced), name = read_lines(FLAGS.input)  # before the model: fails at once
+    source = streaming.read_lines(FLAGS.input) if FLAGS.input else None  # before the model
     options = search_options(read_run_config(FLAGS.model_dir)[0])  # fails before loading
     model, tokenizer, _ = load_ensemble(
         [FLAGS.model_dir, *FLAGS.ensemble],
@@ -131,27 +121,15 @@ def main(argv):
     translator = Translator(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
-    if FLAGS.input:  # the whole file, in length-sorted batches
-        chunks = [(0, lines, replaced)]
-    else:  # each line as it arrives, with the lines already there
-        from keras_transformer import streaming
+    name, lines = FLAGS.input or "<stdin>", []  # `lines`: the input, for --plot_attention
 
-        name, lines = "<stdin>", []
-        chunks = streaming.decoded_batches(
-            sys.stdin.buffer, streaming.MAX_BATCHES * FLAGS.batch_size
-        )
-    outputs = []
-    for start, chunk, chunk_replaced in chunks:
-        text = translate_chunk(translator, start, chunk, chunk_replaced, name)
-        if FLAGS.output:
-            outputs.append(text)
-        else:
-            sys.stdout.buffer.write(text.encode("utf-8"))
-            sys.stdout.flush()
-        if not FLAGS.input and FLAGS.plot_attention:
-            lines += chunk
-    if FLAGS.output:
-        fs.write_text(FLAGS.output, "".join(outputs))
+    def respond(start, chunk, replaced):
+        if FLAGS.plot_attention:
+            lines.extend(chunk)
+        return translate_chunk(translator, start, chunk, replaced, name)
+
+    # A file: all of it, in length-sorted batches; stdin: each line as it arrives.
+    streaming.answer_lines(respond, source, FLAGS.output, streaming.MAX_BATCHES * FLAGS.batch_size)
     if FLAGS.plot_attention:
         from keras_transformer.visualization import attention_maps, plot_attention
 

@@ -1,5 +1,6 @@
 """Lines read as they arrive, for the scripts that answer standard input line by line
-(`experiments/translate.py`, `experiments/parse.py`).
+(`experiments/translate.py`, `experiments/parse.py`), and the loop of those scripts that reads
+their input, answers it and writes the answers (`answer_lines`).
 
 A thread reads the stream one line at a time into a bounded queue; the caller takes every
 line already there (at least one, at most `max_lines`) as one batch, so a line typed at a
@@ -13,7 +14,10 @@ Example:
 [[b'one\\n', b'two\\n'], [b'three']]
 """
 
+import errno
+import os
 import queue
+import sys
 import threading
 
 MAX_BATCHES = 8
@@ -104,3 +108,58 @@ def decoded_batches(stream, max_lines):
         lines, replaced = decode_lines(b"".join(batch))
         yield start, lines, [start + index for index in replaced]
         start += len(lines)
+
+
+def read_lines(path):
+    """The lines of a script's `--input=<path>` as `decoded_batches` decodes a stream:
+    `(lines, replaced)` (see `decoding.decode_lines`).
+
+    Raises:
+        absl.app.UsageError: one line naming `--input=<path>` and why it cannot be read.
+    """
+    from absl import app
+
+    from keras_transformer import fs
+    from keras_transformer.decoding import decode_lines
+
+    try:
+        data = fs.read_bytes(path)
+    except OSError as error:
+        # The system's reason for a known cause; TensorFlow's own (it names the path) otherwise.
+        known = error.errno is not None and error.errno != errno.EIO
+        reason = os.strerror(error.errno) if known else error.strerror
+        raise app.UsageError(f"Cannot read --input={path}: {reason}") from error
+    return decode_lines(data)
+
+
+def answer_lines(respond, lines=None, output=None, max_lines=1, stdin=None, stdout=None):
+    """Answer a script's input with `respond` and write its answers, in input order.
+
+    Args:
+        respond: `(start, lines, replaced) -> str`, the answers' text for `lines` (str, without
+            line ends), the first of them input line `start` (0-based); `replaced`: the input
+            indices of the lines whose invalid UTF-8 became U+FFFD. An error it raises stops
+            the loop: the answers written before stay, `output` is not written.
+        lines: `(lines, replaced)` of a whole file (`read_lines`), answered in one call; None:
+            the lines of `stdin` (default: the standard input), each answered as it arrives in a
+            batch with the lines already there (`decoded_batches`, at most `max_lines`).
+        output: a file (any `fs` path) written once, when every line is answered; None:
+            `stdout` (default: the standard output) in UTF-8, flushed after each answer.
+    """
+    if lines is None:
+        batches = decoded_batches(stdin or sys.stdin.buffer, max_lines)
+    else:
+        batches = [(0, *lines)]
+    answers = []
+    for start, batch, replaced in batches:
+        text = respond(start, batch, replaced)
+        if output is None:
+            stream = stdout or sys.stdout.buffer
+            stream.write(text.encode("utf-8"))
+            stream.flush()
+        else:
+            answers.append(text)
+    if output is not None:
+        from keras_transformer import fs
+
+        fs.write_text(output, "".join(answers))

@@ -4,12 +4,13 @@ stdin (each line answered before the next is sent) and printing n-best lists."""
 import io
 import os
 import queue
+import select
 import threading
 import time
 
 import pytest
 
-from keras_transformer.streaming import line_batches
+from keras_transformer.streaming import answer_lines, line_batches, read_lines
 from tests.scripts import ScriptSession, run_script
 
 NEXT_ANSWER_TIMEOUT = 120  # seconds for a line's answer once the model answered a first one
@@ -63,6 +64,82 @@ def test_line_batches_raise_the_read_error_after_the_lines_before_it():
         next(batches)
     with pytest.raises(ValueError, match="max_lines must be an int >= 1. Received: max_lines=0"):
         next(line_batches(io.BytesIO(b""), max_lines=0))
+
+
+def _respond(calls, fail_at=None):
+    """A `respond` for `answer_lines` that records its calls and answers each line upper-cased."""
+
+    def respond(start, lines, replaced):
+        if start == fail_at:
+            raise ValueError(f"line {start + 1}: cannot answer")
+        calls.append((start, lines, replaced))
+        return "".join(f"{line.upper()}\n" for line in lines)
+
+    return respond
+
+
+def test_answer_lines_answers_stdin_in_order():
+    calls, stdout = [], io.BytesIO()
+    stdin = io.BytesIO(b"".join(b"line %d\n" % i for i in range(7)) + b"bad \xff\n")
+    answer_lines(_respond(calls), max_lines=3, stdin=stdin, stdout=stdout)
+    assert stdout.getvalue().decode() == "".join(f"LINE {i}\n" for i in range(7)) + "BAD \ufffd\n"
+    assert [line for _, lines, _ in calls for line in lines][-1] == "bad \ufffd"
+    assert all(1 <= len(lines) <= 3 for _, lines, _ in calls)
+    starts = [start for start, _, _ in calls]
+    assert starts == [sum(len(lines) for _, lines, _ in calls[:i]) for i in range(len(calls))]
+    assert [index for _, _, replaced in calls for index in replaced] == [7]
+
+
+def test_answer_lines_flushes_each_answer_while_stdin_stays_open():
+    """A buffered stdout (a pipe, as under a program that waits for each answer) gets each
+    answer before the next line is sent (the scripts' tests run unbuffered: they cannot tell)."""
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    stdin, stdout = os.fdopen(in_read, "rb"), os.fdopen(out_write, "wb")  # stdout: 8 KiB buffer
+    answering = threading.Thread(
+        target=answer_lines,
+        args=(_respond([]),),
+        kwargs=dict(max_lines=4, stdin=stdin, stdout=stdout),
+        daemon=True,
+    )
+    answering.start()
+    with os.fdopen(in_write, "wb", buffering=0) as writer:
+        for line, answer in ((b"one\n", b"ONE\n"), (b"two\n", b"TWO\n")):
+            writer.write(line)
+            assert select.select([out_read], [], [], 10)[0], f"no answer to {line!r}"
+            assert os.read(out_read, 100) == answer
+    answering.join(timeout=10)
+    assert not answering.is_alive()
+    for stream in (stdin, stdout):
+        stream.close()
+    os.close(out_read)
+
+
+def test_answer_lines_writes_a_file_once_every_line_is_answered(tmp_path):
+    calls, output = [], tmp_path / "out.txt"
+    answer_lines(_respond(calls), (["a", "b"], []), output=output, stdout=io.BytesIO())
+    assert calls == [(0, ["a", "b"], [])] and output.read_text() == "A\nB\n"
+    stdout, stopped = io.BytesIO(), tmp_path / "stopped.txt"
+    stdin = io.BytesIO(b"".join(b"%d\n" % i for i in range(5)))
+    with pytest.raises(ValueError, match="line 4: cannot answer"):  # answered one line a batch
+        answer_lines(_respond([], fail_at=3), output=stopped, stdin=stdin, stdout=stdout)
+    assert not stopped.exists() and stdout.getvalue() == b""
+    with pytest.raises(ValueError, match="line 4: cannot answer"):
+        answer_lines(_respond([], fail_at=3), stdin=io.BytesIO(b"0\n1\n2\n3\n"), stdout=stdout)
+    assert stdout.getvalue() == b"0\n1\n2\n"  # the answers before the stop were written
+
+
+def test_read_lines_names_an_input_it_cannot_read(tmp_path):
+    from absl import app
+
+    (tmp_path / "in.txt").write_bytes(b"one\ntwo \xff\n")
+    assert read_lines(tmp_path / "in.txt") == (["one", "two \ufffd"], [1])
+    with pytest.raises(app.UsageError) as raised:
+        read_lines(tmp_path / "missing.txt")
+    assert (
+        str(raised.value)
+        == f"Cannot read --input={tmp_path}/missing.txt: No such file or directory"
+    )
 
 
 LINES = ["twenty one", "", "four hundred thousand three"]

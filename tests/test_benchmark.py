@@ -148,6 +148,18 @@ def test_peer_refuses_what_it_cannot_express():
         keras_hub_transformer(get_preset("tiny", activation_dropout=0.1, **PEER_CONFIG))
     with pytest.raises(ValueError, match="attention_window=4"):
         keras_hub_transformer(get_preset("tiny", attention_window=4, **PEER_CONFIG))
+    for name, value in (
+        ("share_embeddings", False),
+        ("tie_output", False),
+        ("final_logits_bias", True),
+        ("positional", "learned"),
+        ("sinusoid_layout", "concatenated"),
+    ):
+        with pytest.raises(ValueError, match=f"Received: {name}={value!r}"):
+            keras_hub_transformer(get_preset("tiny", **{**PEER_CONFIG, name: value}))
+    separate = dict(PEER_CONFIG, share_embeddings=False, target_vocabulary_size=60)
+    with pytest.raises(ValueError, match="Received: target_vocabulary_size=60"):
+        keras_hub_transformer(get_preset("tiny", **separate))
 
 
 # D=16, d_ff=32, V=100, one layer each side: the sizes the FLOP counts below are worked out for.

@@ -43,7 +43,9 @@ def keras_hub_transformer(config, dtype=None):
 
     Raises:
         ValueError: for `activation_dropout > 0` (keras-hub's feed-forward has no inner
-            dropout), `attention_window`, or key/value widths other than hidden_dim / num_heads.
+            dropout), `attention_window`, key/value widths other than hidden_dim / num_heads,
+            separate or untied embeddings, a target vocabulary of its own, a logits bias,
+            learned positions or concatenated sinusoids.
     """
     if config.activation_dropout:
         raise ValueError(
@@ -54,6 +56,22 @@ def keras_hub_transformer(config, dtype=None):
         raise ValueError(
             f"The keras-hub peer has no restricted self-attention. Received: attention_window={config.attention_window}"
         )
+    # One embedding of vocabulary_size rows, shared by both sides and the output projection;
+    # keras-hub's interleaved sinusoids; no logits bias.
+    expressible = {
+        "target_vocabulary_size": None,
+        "share_embeddings": True,
+        "tie_output": True,
+        "final_logits_bias": False,
+        "positional": "sinusoidal",
+        "sinusoid_layout": "interleaved",
+    }
+    for name, value in expressible.items():
+        if getattr(config, name) != value:
+            raise ValueError(
+                f"The keras-hub peer has {name}={value!r} only. "
+                f"Received: {name}={getattr(config, name)!r}"
+            )
     for name in ("key_dim", "value_dim"):
         value = getattr(config, name)
         if value is not None and value * config.num_heads != config.hidden_dim:

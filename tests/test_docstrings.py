@@ -27,6 +27,7 @@ PUBLIC_CLASSES = [
     getattr(layers, name) for name in layers.__all__ if inspect.isclass(getattr(layers, name))
 ] + [models.Transformer]
 ARCHITECTURE_DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 RUN = "runs/builtin_tiny"
 MULTI30K = "../shared/data/multi30k"
 SAVED_MODEL_ROOT = "saved_models/numbers"
@@ -156,15 +157,27 @@ def test_no_docstring_example_is_skipped():
     assert skipped == [], f"docstrings with skipped examples: {skipped}"
 
 
+def _run_python_blocks(doc):
+    """The namespace after running the ```python blocks of `doc` in order, in one namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
+    namespace = {"__blocks__": len(blocks)}
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), namespace)
+    return namespace
+
+
+def test_readme_examples_run():
+    """README's layers example trains a classifier; its model example gives (1, 2, V) logits."""
+    namespace = _run_python_blocks(README)
+    assert namespace["__blocks__"] == 2
+    assert namespace["classifier"].output_shape == (None, 2)
+    assert tuple(namespace["logits"].shape) == (1, 2, 8000)
+
+
 def test_architecture_doc_snippets_run():
     """The ```python blocks of docs/architecture.md run in order, in one namespace."""
-    blocks = re.findall(
-        r"```python\n(.*?)```", ARCHITECTURE_DOC.read_text(encoding="utf-8"), flags=re.DOTALL
-    )
-    assert len(blocks) >= 5
-    namespace = {}
-    for block in blocks:
-        exec(compile(block, str(ARCHITECTURE_DOC), "exec"), namespace)
+    namespace = _run_python_blocks(ARCHITECTURE_DOC)
+    assert namespace["__blocks__"] >= 5
     assert tuple(namespace["logits"].shape) == (2, 3, 100)
     assert tuple(namespace["step_logits"].shape) == (2, 1, 100)
     assert namespace["mixed"].compute_dtype == "bfloat16"

@@ -29,6 +29,17 @@ TINY_TRAIN_FLAGS = (
 )
 
 
+def assign_random_weights(model, std=0.3, seed=0):
+    """Give every weight of `model` values drawn from N(0, std^2) (no zero bias, no unit norm
+    left): a model whose outputs depend on every weight, for conversion and search checks."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, std, weight.shape).astype(np.float32))
+    return model
+
+
 def script_environment(**extra):
     """The test process's environment, quiet TensorFlow logs, the repository importable."""
     return {

@@ -27,7 +27,7 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 from keras_transformer.models.config import get_preset  # noqa: E402
 from keras_transformer.models.transformer import Transformer  # noqa: E402
 from keras_transformer.runs import load_run  # noqa: E402
-from tests.scripts import run_script  # noqa: E402
+from tests.scripts import assign_random_weights, run_script  # noqa: E402
 
 NUM_SENTENCES = 200
 MAX_OUTPUT_OFFSET = 50
@@ -197,9 +197,7 @@ def test_variants_score_like_ours(overrides, tmp_path):
         **overrides,
     )
     model = Transformer(config, dtype="float32")
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+    assign_random_weights(model)
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, 40)]
     target_size = config.decoder_vocabulary_size
     target_pieces = None
@@ -209,6 +207,7 @@ def test_variants_score_like_ours(overrides, tmp_path):
         str(save_ctranslate2(model, pieces, tmp_path / "model", target_pieces=target_pieces)),
         device="cpu",
     )
+    rng = np.random.default_rng(1)
     sources = [rng.integers(4, 40, size=n).tolist() for n in (3, 9, 20)]
     targets = [rng.integers(4, target_size, size=n).tolist() for n in (5, 1, 17)]
     results = translator.score_batch(
@@ -339,9 +338,7 @@ def test_a_marian_run_exports_and_translates_as_ours(multi30k_dir, tmp_path):
     assert vocabulary(tokenizer, target=True) != vocabulary(tokenizer)  # two vocabularies
     write_run_config(run, config, TrainOptions())
     model = build_model(config)
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+    assign_random_weights(model)
     save_checkpoint(
         checkpoint_manager(
             tf.train.Checkpoint(model=model), runs.checkpoint_dir(run), max_to_keep=None

@@ -24,6 +24,7 @@ from keras_transformer.layers import SharedEmbedding
 from keras_transformer.models.config import get_preset
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.runs import load_run
+from tests.scripts import assign_random_weights
 
 NUM_SENTENCES = 64
 SOURCE_SIZE = 40  # the separate-vocabulary models' source vocabulary
@@ -259,9 +260,7 @@ def separate_model(request):
         max_length=24,
     )
     model = Transformer(config, dtype="float32")
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+    assign_random_weights(model)
     return model
 
 
@@ -398,9 +397,7 @@ def separate_run(multi30k_dir, tmp_path_factory):
     )
     write_run_config(run, config, TrainOptions(), {"data": dataclasses.asdict(DataOptions())})
     model = Transformer(config, dtype="float32")
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+    assign_random_weights(model)
     write_weights_checkpoint(model, run)
     return run
 

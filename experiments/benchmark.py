@@ -132,6 +132,12 @@ flags.DEFINE_string("plot", None, "Write the ratios as a bar chart to this PNG."
 flags.DEFINE_integer(
     "fma_units", 2, "mfu on CPU: FMA units per core (the machine does not expose it)."
 )
+flags.DEFINE_integer(
+    "matmul_size",
+    2048,
+    lower_bound=1,
+    help="matmul_fraction: the side of the square matrices of the measured matmul rate.",
+)
 
 flags.DEFINE_bool(
     "ctranslate2",
@@ -198,6 +204,12 @@ flags.DEFINE_integer(
     lower_bound=1,
     help="attention_scaling: the window r of the windowed layer.",
 )
+flags.DEFINE_integer(
+    "scaling_repeats",
+    None,
+    lower_bound=1,
+    help="attention_scaling: steps per timing (default: about 64k tokens' worth at each n).",
+)
 flags.DEFINE_bool(
     "scaling_memory",
     True,
@@ -259,6 +271,7 @@ def main(argv):
                 jit_compile=FLAGS.jit_compile,
                 seed=FLAGS.seed,
                 fma_units=FLAGS.fma_units,
+                matmul_size=FLAGS.matmul_size,
             )
         )
     vocabulary_map = cli.vocabulary_map(
@@ -333,6 +346,7 @@ def main(argv):
             lengths,
             FLAGS.scaling_window,
             rounds=FLAGS.rounds,
+            repeats=FLAGS.scaling_repeats,
             memory=FLAGS.scaling_memory,
             hidden_dim=config.hidden_dim,
             num_heads=config.num_heads,

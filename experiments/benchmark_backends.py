@@ -21,6 +21,7 @@ from absl import flags
 from keras_transformer import cli
 from keras_transformer.benchmark.backends import (
     BACKENDS,
+    PASSES,
     format_summary,
     prepare,
     run_rounds,
@@ -43,6 +44,12 @@ flags.DEFINE_integer("num_batches", 20, "Training batches (one update each).")
 flags.DEFINE_integer("batch_tokens", 2048, "Tokens per training batch.")
 flags.DEFINE_integer("num_sentences", 500, "Validation sentences decoded.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
+flags.DEFINE_integer(
+    "passes",
+    PASSES,
+    lower_bound=1,
+    help="Timed passes per process over the training and the source batches; each keeps its fastest.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -55,6 +62,7 @@ def main(argv):
         batch_tokens=FLAGS.batch_tokens,
         num_sentences=FLAGS.num_sentences,
         batch_size=FLAGS.batch_size,
+        passes=FLAGS.passes,
     )
     search = settings["search"]
     print(hardware_peak().describe())

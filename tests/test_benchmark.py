@@ -352,6 +352,7 @@ def test_benchmark_script_prints_the_table(multi30k_dir, tmp_path):
         "--padded_batch=8",
         "--padded_length=16",
         "--rounds=1",
+        "--matmul_size=256",
         f"--plot={tmp_path / 'ratios.png'}",
     )
     for row in (
@@ -486,6 +487,8 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
         "--ctranslate2",
         "--ctranslate2_sentences=4",
         "--threads=2",
+        "--rounds=1",
+        "--decode_batch_sizes=4",
         f"--saved_model_baseline={baseline}",
     )
     assert "cached_search_graph: beam 4 sentences/s, cached vs recompute" in result.stdout
@@ -530,6 +533,7 @@ def test_attention_scaling_row(tmp_path):
         "--attention_scaling",
         "--scaling_lengths=16,64",
         "--scaling_window=4",
+        "--scaling_repeats=2",
         "--preset=tiny",
         "--hidden_dim=16",
         "--num_heads=2",
@@ -806,6 +810,7 @@ def test_backend_benchmark_times_every_backend_on_the_same_batches(trained_run, 
         "--num_batches=2",
         "--num_sentences=8",
         "--batch_size=4",
+        "--passes=1",
     )
     assert "CPU flags:" in result.stdout
     table = result.stdout.split("keras-hub best = ours")[1].strip().splitlines()

@@ -11,11 +11,11 @@ order of the backends rotates from round to round) that loads them and times:
 * **training**: `model.fit` with the label-smoothed loss and the paper's optimizer over
   every training batch (one update each, dropout on), after an untimed pass that compiles
   every batch shape; real target tokens (labels that are not PAD) per second, fastest of
-  `PASSES` passes. On
+  `passes` passes (`prepare`'s, default `PASSES`). On
   TensorFlow `fit` runs `Transformer`'s own steps, on JAX and PyTorch Keras' steps.
 * **decoding**: beam search (beam K, alpha, source length + offset) over every source
   batch, after an untimed pass; sentences per second and output tokens per second
-  (fastest of `PASSES` passes). On
+  (fastest of `passes` passes). On
   TensorFlow the search is a `tf.function` (`make_search_fn`); on JAX the same
   `decoding.beam_search` under `jax.jit`; on PyTorch eagerly.
 * **the anchor, keras-hub's generation**: `keras_hub.samplers.BeamSampler` (K beams)
@@ -44,8 +44,8 @@ WEIGHTS = "model.weights.h5"
 TRAIN_BATCHES = "train_batches.npz"
 SOURCE_BATCHES = "source_batches.npz"
 SETTINGS = "settings.json"
-# Timed passes per process over the training batches and over the source batches; each
-# process reports its fastest.
+# Timed passes per process over the training batches and over the source batches (default of
+# `prepare`'s `passes`); each process reports its fastest.
 PASSES = 3
 
 
@@ -59,10 +59,12 @@ def prepare(
     beam_size=None,
     length_penalty=None,
     max_output_offset=None,
+    passes=PASSES,
 ):
     """Write the work directory from run `model_dir` (TensorFlow): config, tokenizer, weights,
     `num_batches` training batches of the run's corpus and `num_sentences` validation sources.
-    The beam settings default to the run config's (`SearchOptions.from_config`)."""
+    The beam settings default to the run config's (`SearchOptions.from_config`); each backend's
+    process times `passes` passes of each workload and keeps its fastest."""
     from keras_transformer.benchmark.decoding import source_batches
     from keras_transformer.data import make_dataset
     from keras_transformer.decoding.options import SearchOptions
@@ -101,6 +103,7 @@ def prepare(
         "num_batches": len(batches),
         "num_sentences": len(sources),
         "batch_size": batch_size,
+        "passes": passes,
         "search": {
             "beam_size": options.beam_size,
             "length_penalty": options.length_penalty,
@@ -154,7 +157,7 @@ def _model(work_dir, settings):
     return model, config
 
 
-def _time_training(model, config, batches):
+def _time_training(model, config, batches, passes):
     import tensorflow as tf
 
     from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
@@ -178,7 +181,7 @@ def _time_training(model, config, batches):
 
     model.fit(dataset(), epochs=1, verbose=0)  # compiles every shape
     seconds = []
-    for _ in range(PASSES):
+    for _ in range(passes):
         started = time.perf_counter()
         model.fit(dataset(), epochs=1, verbose=0)
         seconds.append(time.perf_counter() - started)
@@ -231,14 +234,14 @@ def _until_eos(row):
     return row[: ends[0] if len(ends) else len(row)].tolist()
 
 
-def _time_decoding(model, backend, sources, search, searcher="ours"):
+def _time_decoding(model, backend, sources, search, passes, searcher="ours"):
     import keras
 
     function = _search_function(model, backend, search, searcher)
     for ids in sources:  # compiles every shape
         keras.ops.convert_to_numpy(function(ids))
     times = []
-    for _ in range(PASSES):
+    for _ in range(passes):
         started = time.perf_counter()
         outputs = [keras.ops.convert_to_numpy(function(ids)) for ids in sources]
         times.append(time.perf_counter() - started)
@@ -263,11 +266,12 @@ def worker(work_dir, out_file):
     settings, train, sources = _load(work_dir)
     model, config = _model(work_dir, settings)
     # Decoding leaves the weights as they are; training last.
-    decoding = _time_decoding(model, backend, sources, settings["search"])
+    passes = settings["passes"]
+    decoding = _time_decoding(model, backend, sources, settings["search"], passes)
     keras_hub_decoding = _time_decoding(
-        model, backend, sources, settings["search"], searcher="keras-hub"
+        model, backend, sources, settings["search"], passes, searcher="keras-hub"
     )
-    training = _time_training(model, config, train)
+    training = _time_training(model, config, train, passes)
     Path(out_file).write_text(
         json.dumps(
             {

@@ -49,6 +49,7 @@ def training_rows(
     jit_compile=False,
     seed=0,
     fma_units=2,
+    matmul_size=2048,
     log=print,
 ):
     """The training rows: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).
@@ -66,6 +67,7 @@ def training_rows(
         jit_compile: compile both training steps with XLA.
         seed: of the bucketed pipeline.
         fma_units: FMA units per CPU core for the peak of the mfu row.
+        matmul_size: the matmul_fraction row's measured matmul, of `matmul_size`-square matrices.
         log: prints the parameter counts, the peak's inputs and each row as it is measured
             (the whole table takes minutes on a CPU).
 
@@ -200,7 +202,9 @@ def training_rows(
             None,
         )
     )
-    matmul = matmul_flops_per_second(dtype=peak.dtype if peak.dtype != "tf32" else "float32")
+    matmul = matmul_flops_per_second(
+        size=matmul_size, dtype=peak.dtype if peak.dtype != "tf32" else "float32"
+    )
     measured(
         Row(
             f"matmul_fraction: training FLOP/s / measured {peak.dtype} matmul FLOP/s",

@@ -85,6 +85,7 @@ from keras_transformer.benchmark.attention_scaling import (
     format_scaling_table,
     plot_scaling,
 )
+from keras_transformer.benchmark.flops import MATMUL_SIZE
 from keras_transformer.benchmark.peaks import cpu_flags
 from keras_transformer.benchmark.peers import keras_hub_transformer
 from keras_transformer.benchmark.profile import profile_run, training_profile
@@ -134,7 +135,7 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer(
     "matmul_size",
-    2048,
+    MATMUL_SIZE,
     lower_bound=1,
     help="matmul_fraction: the side of the square matrices of the measured matmul rate.",
 )

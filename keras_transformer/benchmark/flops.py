@@ -44,7 +44,11 @@ def training_flops(config, source_lengths, target_lengths):
     return 3.0 * (encoder + decoder + output)
 
 
-def matmul_flops_per_second(size=2048, repeats=10, dtype="float32"):
+# The side of the square matrices whose product measures the matmul rate, unless asked otherwise.
+MATMUL_SIZE = 2048
+
+
+def matmul_flops_per_second(size=MATMUL_SIZE, repeats=10, dtype="float32"):
     """Measured matmul throughput of this machine (FLOP/s) for `size`-square matrices of `dtype` (TensorFlow)."""
     import tensorflow as tf
 

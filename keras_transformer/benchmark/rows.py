@@ -14,7 +14,11 @@ import keras
 
 from keras_transformer.benchmark.batches import padded_batches, real_lengths
 from keras_transformer.benchmark.decoding import benchmark_decoding
-from keras_transformer.benchmark.flops import matmul_flops_per_second, training_flops
+from keras_transformer.benchmark.flops import (
+    MATMUL_SIZE,
+    matmul_flops_per_second,
+    training_flops,
+)
 from keras_transformer.benchmark.peaks import hardware_peak
 from keras_transformer.benchmark.peers import PeerTargetRows, keras_hub_transformer
 from keras_transformer.benchmark.report import format_row, format_table
@@ -49,7 +53,7 @@ def training_rows(
     jit_compile=False,
     seed=0,
     fma_units=2,
-    matmul_size=2048,
+    matmul_size=MATMUL_SIZE,
     log=print,
 ):
     """The training rows: our model and pipeline against the keras-hub peer (see experiments/benchmark.py).

@@ -219,7 +219,14 @@ def _save(translator, directory, name, warmup_sentences, verify, check_ops, prog
         module = ServingModule(translator, tokenizer_files)
         progress(f"Tracing the {len(SIGNATURES)} signatures and saving the SavedModel")
         with fs.os_errors(directory):
-            tf.saved_model.save(module, str(directory), signatures=module.signatures())
+            tf.saved_model.save(
+                module,
+                str(directory),
+                signatures=module.signatures(),
+                # Inference only: the model's custom gradients (layer normalization, packing)
+                # are not traced into the export, which a server never differentiates.
+                options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+            )
     progress("Writing the warmup requests")
     logs = warmup_lib.warmup_requests(translator, name, warmup_sentences)
     warmup_lib.write_warmup_requests(directory, logs)

@@ -24,6 +24,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def main():
+    app.define_help_flags()  # absl defines --help once per process, at the first app.run
     baseline = set(flags.FLAGS)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

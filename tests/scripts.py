@@ -2,6 +2,7 @@
 
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -27,6 +28,43 @@ TINY_TRAIN_FLAGS = (
     "--eval_every=0",
     "--noprogress",
 )
+
+
+def train_tiny_tokenizer(directory):
+    """Write into `directory` the `spm.model` a fresh built-in run of `TINY_TRAIN_FLAGS` trains,
+    by the code train.py runs (`training.run.prepare_tokenizer`), and return its path.
+
+    The `tiny_tokenizer` fixture holds one for the session: a test whose subject is not the
+    tokenizer copies it into a new run directory (`seed_tokenizer`) rather than have every
+    train.py process spend seconds making the same bytes (SentencePiece training is
+    deterministic; tests/test_experiments_train.py checks a trained run holds these bytes).
+    """
+    from keras_transformer.data.sources import load_pairs, whole_words
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.training.options import TrainOptions
+    from keras_transformer.training.run import prepare_tokenizer
+
+    config = get_preset("tiny", **TINY_MODEL)
+    pairs = load_pairs("builtin", "train")
+    prepare_tokenizer(
+        directory,
+        pairs,
+        config.vocabulary_size,
+        TrainOptions().seed,
+        model_type=config.tokenizer_type,
+        whole_words=whole_words("builtin", pairs),
+    )
+    return Path(directory) / "spm.model"
+
+
+def seed_tokenizer(run_dir, tokenizer):
+    """Put `tokenizer` (the `tiny_tokenizer` fixture) into the new run directory `run_dir`, where
+    train.py would have trained the same file; returns `run_dir`."""
+    from keras_transformer.runs import tokenizer_path
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer, tokenizer_path(run_dir))
+    return run_dir
 
 
 def assign_random_weights(model, std=0.3, seed=0):
@@ -70,6 +108,24 @@ def run_script(name, *args, stdin=None, check=True, timeout=900, env=None):
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
+
+
+SEQUENCE = str(REPO / "tests" / "script_sequence.py")
+
+
+def run_sequence(steps, cwd=REPO, env=None, timeout=600):
+    """Run `steps` (`[[script, args, options?], ...]`) one after another in one process
+    (tests/script_sequence.py: TensorFlow imported once); returns the `CompletedProcess`."""
+    import json
+
+    return subprocess.run(
+        [sys.executable, SEQUENCE, json.dumps(steps)],
+        cwd=cwd,
+        env=env or script_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class ScriptSession:

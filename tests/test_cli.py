@@ -1,11 +1,12 @@
 """The command line as the docs show it: every flag a documented command uses is in that script's --help."""
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.scripts import REPO, run_script, script_environment
+from tests.scripts import REPO, run_sequence, script_environment
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -39,22 +40,72 @@ def test_the_docs_document_commands():
     assert "dataset" in FLAGS["train.py"] and "model_dir" in FLAGS["export.py"]
 
 
-@pytest.mark.parametrize("script", sorted(FLAGS))
-def test_help_lists_every_documented_flag(script):
-    # The environment a user has: TensorFlow's log level unset, so the script picks its own.
+@pytest.fixture(scope="module")
+def help_texts():
+    """`({script: its --help output}, stderr)`: every documented script's `--help`, one after
+    another in one process (`run_sequence`), in the environment a user has (TensorFlow's log
+    level unset, so each script picks its own)."""
     user_environment = {
         k: v for k, v in script_environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"
     }
-    result = run_script(
-        script, "--help", check=False, env=user_environment
-    )  # absl exits with 1 after --help
+    result = run_sequence(
+        [[script, ["--help"], {"status": 1}] for script in sorted(FLAGS)],  # absl exits with 1
+        env=user_environment,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    texts, shown = {}, []
+    for line in result.stdout.splitlines():
+        ended = re.fullmatch(r"== (\S+) exit 1", line)
+        if ended:
+            texts[ended.group(1)], shown = "\n".join(shown), []
+        else:
+            shown.append(line)
+    assert sorted(texts) == sorted(FLAGS)
+    return texts, result.stderr
+
+
+def test_help_prints_no_tensorflow_start_up_lines(help_texts):
+    # The first script imports TensorFlow (the others find it imported); every script asks
+    # for the quiet import the same way (test_every_script_asks_for_a_quiet_import_first).
     noise = [
         line
-        for line in result.stderr.splitlines()
+        for line in help_texts[1].splitlines()
         if "cuda" in line.lower() or "InitializeLog" in line
     ]
-    assert not noise, f"`{script} --help` prints TensorFlow's start-up lines: {noise}"
-    shown = result.stdout
+    assert not noise, f"`--help` prints TensorFlow's start-up lines: {noise}"
+
+
+def test_every_script_asks_for_a_quiet_import_first():
+    """Each script sets `TF_CPP_MIN_LOG_LEVEL` ("3") and `QUIET_IMPORT` ("1") by default before
+    its first import of anything but the standard library's `os` and `sys`."""
+    from keras_transformer import QUIET_IMPORT
+
+    wanted = {("TF_CPP_MIN_LOG_LEVEL", "3"), (QUIET_IMPORT, "1")}
+    for script in sorted((REPO / "experiments").glob("*.py")):
+        found = set()
+        for node in ast.parse(script.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = (
+                    [node.module]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                )
+                if set(names) <= {"os", "sys", "__future__"}:
+                    continue
+                break
+            call = node.value if isinstance(node, ast.Expr) else None
+            if (
+                isinstance(call, ast.Call)
+                and ast.unparse(call.func) == "os.environ.setdefault"
+                and all(isinstance(arg, ast.Constant) for arg in call.args)
+            ):
+                found.add(tuple(arg.value for arg in call.args))
+        assert wanted <= found, f"{script.name} sets {sorted(found)} before its imports"
+
+
+@pytest.mark.parametrize("script", sorted(FLAGS))
+def test_help_lists_every_documented_flag(help_texts, script):
+    shown = help_texts[0][script]
     listed = set(re.findall(r"^  --(?:\[no\])?([a-z][a-z0-9_]*)", shown, flags=re.MULTILINE))
     missing = {
         flag: where

@@ -5,9 +5,6 @@
 local disk unless the code turned the URL into a local path.
 """
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,9 +12,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import fs
-from tests.scripts import REPO, TINY_BATCH_TOKENS, TINY_MODEL, TINY_TRAIN_FLAGS, script_environment
-
-SEQUENCE = str(REPO / "tests" / "script_sequence.py")
+from tests.scripts import (
+    TINY_BATCH_TOKENS,
+    TINY_MODEL,
+    TINY_TRAIN_FLAGS,
+    run_sequence,
+)
 
 
 def test_urls_are_joined_as_urls_and_local_paths_stay_paths():
@@ -241,14 +241,7 @@ def test_the_user_path_with_file_urls_across_processes(tmp_path):
         ("export.py", export, {"file_size_limit": 1_000_000, "status": 1}),
         ("export.py", export),  # the same command, with space: version 1
     ]
-    result = subprocess.run(
-        [sys.executable, SEQUENCE, json.dumps(steps)],
-        cwd=work,
-        env=script_environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_sequence(steps, cwd=work)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     assert "Traceback" not in output

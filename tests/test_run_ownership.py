@@ -14,22 +14,14 @@ from keras_transformer import fs
 from keras_transformer.cli import TRY_AGAIN
 from keras_transformer.runs import lease_path, read_starts, worker_dir
 from keras_transformer.training.lease import LeaseLostError, RunDirectoryBusyError, RunLease
-from tests.scripts import REPO, TINY_TRAIN_FLAGS, script_environment
+from tests import scripts
+from tests.scripts import TINY_TRAIN_FLAGS, seed_tokenizer
 from tests.test_faults import FLAGS, finish, free_ports, latest_step, start, wait_for
 
-SEQUENCE = str(REPO / "tests" / "script_sequence.py")
 
-
-def run_sequence(steps, cwd=REPO):
-    """Run `tests/script_sequence.py` on `steps`; returns `(returncode, output)`."""
-    result = subprocess.run(
-        [sys.executable, SEQUENCE, json.dumps(steps)],
-        cwd=cwd,
-        env=script_environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def run_sequence(steps):
+    """`tests.scripts.run_sequence` of `steps`: `(returncode, output)`."""
+    result = scripts.run_sequence(steps)
     return result.returncode, result.stdout + result.stderr
 
 
@@ -86,8 +78,8 @@ def test_a_lease_whose_process_ended_on_this_host_is_taken_over_at_once(tmp_path
         live.wait()
 
 
-def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path):
-    run_dir = tmp_path / "run"
+def test_one_live_process_per_run_directory_and_preemption_exits_75(tmp_path, tiny_tokenizer):
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     owner = start(run_dir, "--train_steps=500")
     wait_for(lambda: (latest_step(run_dir) or 0) >= 2, owner)
     lease = json.loads(lease_path(run_dir).read_text())

@@ -43,6 +43,7 @@ SLOW_MODULES = (
 )
 SLOW_TESTS = (
     "test_cli.py::test_help_lists_every_documented_flag",
+    "test_cli.py::test_help_prints_no_tensorflow_start_up_lines",
     "test_decoding.py::test_copy_model_ends_sentences",
     "test_decoding.py::test_mixed_length_batch_equals_one_at_a_time",
     "test_decoding.py::test_search_runs_in_a_saved_model",
@@ -88,6 +89,30 @@ SLOW_TESTS = (
     "test_windowed_attention.py::test_windowed_model_trains_in_fit",
 )
 
+# The modules that take minutes on 2 cores, longest first (a full run's `--durations=0`, summed
+# per module). Under `-n 2 --dist loadfile` a worker takes one whole module at a time, in this
+# order, then the rest in collection order: a long module started last would leave the other
+# worker idle while it runs.
+LONGEST_FIRST = (
+    "test_scale",
+    "test_benchmark",
+    "test_export",
+    "test_faults",
+    "test_backends",
+    "test_equivalence",
+    "test_training",
+    "test_experiments_parse",
+    "test_decoding",
+    "test_run_ownership",
+    "test_training_score",
+    "test_pretrained_scripts",
+    "test_experiments_train",
+    "test_quantization",
+    "test_evaluation",
+    "test_docstrings",
+    "test_fs",
+)
+
 
 def stale_slow_entries(tests_dir=Path(__file__).parent, modules=SLOW_MODULES, tests=SLOW_TESTS):
     """The entries of `modules` and `tests` that name nothing: one line each.
@@ -120,7 +145,14 @@ def stale_slow_entries(tests_dir=Path(__file__).parent, modules=SLOW_MODULES, te
     return stale
 
 
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.partition("::")[0]).stem, len(rank)))
     for item in items:
         module, _, name = item.nodeid.partition("::")
         if (
@@ -193,6 +225,15 @@ def trained_run(tmp_path_factory):
     )
     train_translation(config, run_dir, options, DataOptions("builtin"))
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory):
+    """The `spm.model` of a fresh built-in run of `tests.scripts.TINY_TRAIN_FLAGS`, trained once
+    per session (`tests.scripts.train_tiny_tokenizer`); copy it with `tests.scripts.seed_tokenizer`."""
+    from tests.scripts import train_tiny_tokenizer
+
+    return train_tiny_tokenizer(tmp_path_factory.mktemp("tiny_tokenizer"))
 
 
 @pytest.fixture(scope="module")

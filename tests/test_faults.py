@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.cli import TRY_AGAIN
-from tests.scripts import REPO, TINY_TRAIN_FLAGS, script_environment
+from tests.scripts import REPO, TINY_TRAIN_FLAGS, script_environment, seed_tokenizer
 
 HARNESS = str(Path(__file__).resolve().parent / "train_harness.py")
 FLAGS = [*TINY_TRAIN_FLAGS, "--checkpoint_every=2", "--keep_checkpoints=10", "--log_every=1"]
@@ -74,8 +74,8 @@ def test_sigterm_during_start_up_stops_before_any_update(tmp_path):
     assert latest_step(run_dir) is None and "Traceback" not in output
 
 
-def test_sigkill_at_three_moments_then_resume(tmp_path):
-    run_dir = tmp_path / "run"
+def test_sigkill_at_three_moments_then_resume(tmp_path, tiny_tokenizer):
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     # 1. Killed between checkpoints, once ckpt-4 is committed.
     process = start(run_dir, "--train_steps=40")
     wait_for(lambda: (latest_step(run_dir) or 0) >= 4, process)
@@ -119,7 +119,7 @@ def test_sigkill_at_three_moments_then_resume(tmp_path):
     #    0.1: the seed-generator states and the input position come back with the checkpoint).
     code, output = finish(
         start(
-            tmp_path / "uninterrupted",
+            seed_tokenizer(tmp_path / "uninterrupted", tiny_tokenizer),
             "--train_steps=14",
             KT_DUMP_WEIGHTS=str(tmp_path / "uninterrupted.npz"),
         )
@@ -134,8 +134,8 @@ def test_sigkill_at_three_moments_then_resume(tmp_path):
         np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
 
 
-def test_sigterm_saves_and_exits_cleanly(tmp_path):
-    run_dir = tmp_path / "run"
+def test_sigterm_saves_and_exits_cleanly(tmp_path, tiny_tokenizer):
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     process = start(run_dir, "--train_steps=500")
     wait_for(lambda: (latest_step(run_dir) or 0) >= 2, process)
     process.send_signal(signal.SIGTERM)
@@ -161,8 +161,8 @@ def free_ports(count):
     return ports
 
 
-def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path):
-    run_dir = tmp_path / "run"
+def test_two_workers_train_identically_with_one_set_of_checkpoints(tmp_path, tiny_tokenizer):
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     processes = []
     for index in range(2):
@@ -302,12 +302,12 @@ def test_a_kill_at_each_stage_of_a_save_leaves_a_run_that_resumes(trained_run, t
         assert not (checkpoints / "unreadable").exists()  # nothing damaged, nothing set aside
 
 
-def test_workers_that_restore_different_states_stop_in_one_line(tmp_path):
+def test_workers_that_restore_different_states_stop_in_one_line(tmp_path, tiny_tokenizer):
     """Worker 1 finds the newest checkpoint damaged (its copy, here a DataLossError) and restores an older one:
     the all-gathered check stops both workers before any update, and nothing is moved."""
     from tests.faulty_fs import Fault, environment
 
-    run_dir = tmp_path / "run"
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     code, output = finish(start(run_dir, "--train_steps=4"))
     assert code == 0 and latest_step(run_dir) == 4, output[-3000:]
     before = sorted(path.name for path in (run_dir / "checkpoints").iterdir())

@@ -6,6 +6,7 @@ import json
 import re
 
 from keras_transformer import runs
+from tests.scripts import seed_tokenizer
 from tests.test_faults import finish, free_ports, start
 
 # The trainer's line for each scored evaluation: step, figures, best and patience count.
@@ -22,8 +23,8 @@ def score_lines(output):
     return lines
 
 
-def test_two_workers_log_the_chiefs_scores_at_the_same_steps(tmp_path):
-    run_dir = tmp_path / "run"
+def test_two_workers_log_the_chiefs_scores_at_the_same_steps(tmp_path, tiny_tokenizer):
+    run_dir = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     processes = [
         start(

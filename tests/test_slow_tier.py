@@ -1,11 +1,21 @@
 """The slow tier's registry in tests/conftest.py names only modules and tests that exist."""
 
-from tests.conftest import SLOW_MODULES, SLOW_TESTS, stale_slow_entries
+from pathlib import Path
+
+from tests.conftest import LONGEST_FIRST, SLOW_MODULES, SLOW_TESTS, stale_slow_entries
 
 
 def test_every_slow_entry_names_a_module_or_test():
     stale = stale_slow_entries()
     assert not stale, "tests/conftest.py: " + "; ".join(stale)
+
+
+def test_every_module_run_first_exists_and_is_slow():
+    assert not stale_slow_entries(modules=LONGEST_FIRST, tests=())
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert set(LONGEST_FIRST) - set(SLOW_MODULES) <= {
+        Path(test.split("::")[0]).stem for test in SLOW_TESTS
+    }  # each holds slow tests: the fast tier's order does not depend on it
 
 
 def test_a_misspelled_entry_is_named(tmp_path):

@@ -278,10 +278,12 @@ def test_a_run_scored_by_decoding_keeps_the_best_and_best_reproduces_its_score(t
     assert again.scores.chrf == pytest.approx(best["values"]["chrf"])
 
 
-def test_train_script_scores_under_mirrored_replicas_and_translate_reads_best(tmp_path):
-    from tests.scripts import TINY_TRAIN_FLAGS, run_script
+def test_train_script_scores_under_mirrored_replicas_and_translate_reads_best(
+    tmp_path, tiny_tokenizer
+):
+    from tests.scripts import TINY_TRAIN_FLAGS, run_script, seed_tokenizer
 
-    run = tmp_path / "run"
+    run = seed_tokenizer(tmp_path / "run", tiny_tokenizer)
     result = run_script(
         "train.py",
         f"--model_dir={run}",

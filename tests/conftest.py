@@ -4,7 +4,9 @@ Keep this file generic: fixtures that belong to one concept live in that concept
 """
 
 import ast
+import fcntl
 import os
+import shutil
 from pathlib import Path
 
 # Before TensorFlow is first imported (test modules are imported after this file).
@@ -208,6 +210,23 @@ TRAINED_RUN_CONFIG = dict(
 TRAINED_RUN_STEPS = 120
 
 
+def made_once(tmp_path_factory, name, make):
+    """`<folder>/name`, made by `make(path)` once for the whole test session: under pytest-xdist
+    the workers share it (the first makes it under a lock, the others wait for it and read it);
+    without xdist it is in the session's own temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)  # left by a worker that failed making it
+            path.mkdir()
+            make(path)
+            done.touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """A run directory trained on the embedded task by the real training code.
@@ -218,13 +237,14 @@ def trained_run(tmp_path_factory):
     from keras_transformer.models.config import get_preset
     from keras_transformer.training import DataOptions, TrainOptions, train_translation
 
-    run_dir = tmp_path_factory.mktemp("trained_run")
-    config = get_preset("tiny", **TRAINED_RUN_CONFIG, train_steps=TRAINED_RUN_STEPS)
-    options = TrainOptions(
-        batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False
-    )
-    train_translation(config, run_dir, options, DataOptions("builtin"))
-    return run_dir
+    def train(run_dir):
+        config = get_preset("tiny", **TRAINED_RUN_CONFIG, train_steps=TRAINED_RUN_STEPS)
+        options = TrainOptions(
+            batch_tokens=1024, checkpoint_every=60, eval_every=0, log_every=60, progress=False
+        )
+        train_translation(config, run_dir, options, DataOptions("builtin"))
+
+    return made_once(tmp_path_factory, "trained_run", train)
 
 
 @pytest.fixture(scope="session")
@@ -233,7 +253,7 @@ def tiny_tokenizer(tmp_path_factory):
     per session (`tests.scripts.train_tiny_tokenizer`); copy it with `tests.scripts.seed_tokenizer`."""
     from tests.scripts import train_tiny_tokenizer
 
-    return train_tiny_tokenizer(tmp_path_factory.mktemp("tiny_tokenizer"))
+    return made_once(tmp_path_factory, "tiny_tokenizer", train_tiny_tokenizer) / "spm.model"
 
 
 @pytest.fixture(scope="module")

@@ -43,10 +43,17 @@ def latest_step(run_dir):
 
 
 def wait_for(condition, process, timeout=300):
+    """Wait until `condition()`; fails the test if `process` ends first or `timeout` seconds pass
+    (then the process is killed, not left training after the test)."""
     deadline = time.time() + timeout
     while not condition():
-        assert process.poll() is None, "the training process ended early"
-        assert time.time() < deadline, "timed out"
+        if process.poll() is not None:
+            output, _ = process.communicate()
+            raise AssertionError(f"the training process ended early:\n{output[-3000:]}")
+        if time.time() > deadline:
+            process.kill()
+            output, _ = process.communicate()
+            raise AssertionError(f"timed out after {timeout} s:\n{output[-3000:]}")
         time.sleep(0.05)
 
 

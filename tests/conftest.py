@@ -251,9 +251,10 @@ def trained_run(tmp_path_factory):
 def tiny_tokenizer(tmp_path_factory):
     """The `spm.model` of a fresh built-in run of `tests.scripts.TINY_TRAIN_FLAGS`, trained once
     per session (`tests.scripts.train_tiny_tokenizer`); copy it with `tests.scripts.seed_tokenizer`."""
+    from keras_transformer.runs import tokenizer_path
     from tests.scripts import train_tiny_tokenizer
 
-    return made_once(tmp_path_factory, "tiny_tokenizer", train_tiny_tokenizer) / "spm.model"
+    return Path(tokenizer_path(made_once(tmp_path_factory, "tiny_tokenizer", train_tiny_tokenizer)))
 
 
 @pytest.fixture(scope="module")

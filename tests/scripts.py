@@ -32,7 +32,7 @@ TINY_TRAIN_FLAGS = (
 
 def train_tiny_tokenizer(directory):
     """Write into `directory` the `spm.model` a fresh built-in run of `TINY_TRAIN_FLAGS` trains,
-    by the code train.py runs (`training.run.prepare_tokenizer`), and return its path.
+    by the code train.py runs (`training.run.prepare_tokenizer`).
 
     The `tiny_tokenizer` fixture holds one for the session: a test whose subject is not the
     tokenizer copies it into a new run directory (`seed_tokenizer`) rather than have every
@@ -54,7 +54,6 @@ def train_tiny_tokenizer(directory):
         model_type=config.tokenizer_type,
         whole_words=whole_words("builtin", pairs),
     )
-    return Path(directory) / "spm.model"
 
 
 def seed_tokenizer(run_dir, tokenizer):

@@ -100,7 +100,7 @@ def test_train_then_resume_then_average(tmp_path, tiny_tokenizer):
     data = json.loads((run_dir / "config.json").read_text())["data"]
     assert data["bucket_boundaries"] == [12, 24] and data["sampling_alpha"] == 0.5
     assert f"Checkpoints: {run_dir}/checkpoints/ckpt-6" in output
-    # The tokenizer tests seed into new runs (tests.scripts.seed_tokenizer) is this one's.
+    # The tokenizer other tests copy into their new runs (tests.scripts.seed_tokenizer) is this one.
     assert (run_dir / "spm.model").read_bytes() == tiny_tokenizer.read_bytes()
     # A resume that changes what the data position means is refused before anything is written.
     failed = run_script(

@@ -381,3 +381,51 @@ def test_a_failed_save_names_what_it_kept_and_never_removes_the_listed_checkpoin
         fresh.restore(repair=True) == str(run / "checkpoints" / f"ckpt-{resumed}")
         and fresh.step == resumed
     )
+
+
+def _splitmix_sum(values):
+    """The restore check's checksum written out in numpy: each value's bits (int64, sign-extended
+    from its width) plus its position times the golden ratio, mixed by SplitMix64's finalizer on
+    int64 (arithmetic shifts), summed modulo 2**64."""
+    import numpy as np
+
+    from keras_transformer.training.checkpoints import _GOLDEN, _MIX1, _MIX2
+
+    widths = {2: np.int16, 4: np.int32, 8: np.int64}
+    bits = np.concatenate(
+        [
+            (v.view(widths[v.itemsize]) if v.dtype.kind == "f" else v).astype(np.int64).ravel()
+            for v in values
+        ]
+    )
+    with np.errstate(over="ignore"):
+        z = bits + np.arange(len(bits), dtype=np.int64) * np.int64(_GOLDEN)
+        z = (z ^ (z >> 30)) * np.int64(_MIX1)
+        z = (z ^ (z >> 27)) * np.int64(_MIX2)
+        z ^= z >> 31
+        return int(np.sum(z, dtype=np.int64))
+
+
+@pytest.mark.parametrize("chunk", [1 << 22, 7, 1])
+def test_the_restore_checksum_is_splitmix_over_every_value_in_any_chunks(monkeypatch, chunk):
+    """`_checksum` (what `check_workers_restored_alike` all-gathers) mixes the values in chunks:
+    the sum over every value and its position is the same for any chunk size, variables split
+    across chunks or alone in one."""
+    import numpy as np
+
+    from keras_transformer.training import checkpoints
+
+    rng = np.random.default_rng(0)
+    values = [
+        rng.normal(size=(3, 4)).astype("float32"),
+        rng.normal(size=5).astype("float16"),
+        rng.integers(-9, 9, size=6).astype("int64"),
+        np.array(2.5, "float64"),
+        rng.normal(size=(2, 9)).astype("float32"),
+    ]
+    monkeypatch.setattr(checkpoints, "_CHECKSUM_CHUNK", chunk)
+    variables = [tf.Variable(value) for value in values]
+    assert int(checkpoints._checksum(variables)) == _splitmix_sum(values)
+    swapped = [values[0].copy(), *values[1:]]
+    swapped[0][0, :2] = swapped[0][0, 1::-1]  # two values trade places
+    assert int(checkpoints._checksum([tf.Variable(v) for v in swapped])) != _splitmix_sum(values)

@@ -266,15 +266,28 @@ def check_workers_restored_alike(strategy, restored, step, variables):
 
 def _checksum(variables):
     """An int64 hash of the bits of every value of `variables`: each value's bits, mixed with its position
-    (SplitMix64), summed (so the order of the sum does not matter, and no two changes cancel by symmetry)."""
-    total, offset = tf.constant(0, tf.int64), 0
+    by SplitMix64's finalizer (on int64, so its shifts are arithmetic), summed (so the order of the
+    sum does not matter, and no two changes cancel by symmetry).
+
+    The values are mixed in chunks of up to `_CHECKSUM_CHUNK` values (variables concatenated in
+    order; a larger one alone): a few mixing ops for the whole model instead of a dozen per
+    variable, which made tracing this function take seconds, and a bounded temporary.
+    """
+    chunks, size = [[]], 0
     for variable in variables:
         value = tf.reshape(tf.convert_to_tensor(variable), [-1])
         if value.dtype.is_floating:
             value = tf.bitcast(value, {2: tf.int16, 4: tf.int32, 8: tf.int64}[value.dtype.size])
         elif not (value.dtype.is_integer or value.dtype.is_bool):
             continue
-        bits = tf.cast(value, tf.int64)
+        if chunks[-1] and size + int(value.shape[0]) > _CHECKSUM_CHUNK:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(tf.cast(value, tf.int64))
+        size += int(value.shape[0])
+    total, offset = tf.constant(0, tf.int64), 0
+    for chunk in filter(None, chunks):
+        bits = tf.concat(chunk, axis=0) if len(chunk) > 1 else chunk[0]
         positions = tf.range(offset, offset + int(bits.shape[0]), dtype=tf.int64)
         offset += int(bits.shape[0])
         z = bits + positions * tf.constant(_GOLDEN, tf.int64)
@@ -282,6 +295,9 @@ def _checksum(variables):
         z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, 27)) * tf.constant(_MIX2, tf.int64)
         total += tf.reduce_sum(tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, 31)))
     return total
+
+
+_CHECKSUM_CHUNK = 1 << 22  # values: a 32 MiB int64 temporary
 
 
 # SplitMix64's constants as signed int64 (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB); plain

@@ -17,7 +17,8 @@ For every path and optimizer (SGD and Adam) it writes `OUT_DIR/<path>_<optimizer
 before and after each step: shape (STEPS + 1, P)) and, for `model.fit`, `evaluate` (the
 loss `model.evaluate` reports after training); the reference also records `half_tokens`,
 the real tokens of each half batch. With `EQUIVALENCE_ATTENTION_WINDOW=r` in the
-environment, the model's self-attention is restricted to windows of r positions.
+environment, the model's self-attention is restricted to windows of r positions; with
+`EQUIVALENCE_OPTIMIZERS=sgd` (names, comma-separated), only those optimizers run.
 
 Every path sees the same global batches: `STEPS` of them, each made of two halves of four
 sentences with different numbers of real tokens. One device takes a whole global batch
@@ -262,7 +263,10 @@ def main(out_dir, paths):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in paths:
-        for optimizer_name, make_optimizer in OPTIMIZERS.items():
+        for optimizer_name in os.environ.get("EQUIVALENCE_OPTIMIZERS", ",".join(OPTIMIZERS)).split(
+            ","
+        ):
+            make_optimizer = OPTIMIZERS[optimizer_name]
             name = f"{path}_{optimizer_name}"
             if path == "reference":
                 record = run_reference(make_optimizer)

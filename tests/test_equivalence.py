@@ -1,9 +1,9 @@
 """One update, however it is computed: the equivalence matrix of the training paths.
 
 Every path trains the same tiny model three steps on the same global batches (see
-tests/equivalence_harness.py) with SGD and with Adam, and must report the same loss and
-make the same updates as the reference: a plain `tf.GradientTape` step on the whole
-global batch on one device, the paper's per-token normalisation written out. SGD makes
+tests/equivalence_harness.py) with SGD and with Adam (with attention windows, with SGD),
+and must report the same loss and make the same updates as the reference: a plain
+`tf.GradientTape` step on the whole global batch on one device, the paper's per-token normalisation written out. SGD makes
 the update proportional to the gradient, so a gradient scaled or normalised by the wrong
 token count shows in the weight deltas; Adam checks the optimizer state's path.
 
@@ -94,18 +94,17 @@ WINDOWED_PATHS = ("loop_mirrored", "fit_mirrored")
 
 @pytest.fixture(scope="module")
 def windowed_records(tmp_path_factory):
-    """`{(path, optimizer): npz}` of a model with self-attention windows of 2 positions (sentences of 8-9)."""
+    """`{path: npz}` of a model with self-attention windows of 2 positions (sentences of 8-9),
+    trained by SGD: the window changes the gradients, which SGD's updates show; how an
+    optimizer's state follows the gradients does not depend on the window (`records` checks Adam)."""
     out_dir = tmp_path_factory.mktemp("equivalence_windowed")
     process = _run(
-        [str(out_dir), "reference", *WINDOWED_PATHS], {"EQUIVALENCE_ATTENTION_WINDOW": "2"}
+        [str(out_dir), "reference", *WINDOWED_PATHS],
+        {"EQUIVALENCE_ATTENTION_WINDOW": "2", "EQUIVALENCE_OPTIMIZERS": "sgd"},
     )
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output[-4000:]
-    return {
-        (path, optimizer): np.load(out_dir / f"{path}_{optimizer}.npz")
-        for path in ("reference", *WINDOWED_PATHS)
-        for optimizer in OPTIMIZERS
-    }
+    return {path: np.load(out_dir / f"{path}_sgd.npz") for path in ("reference", *WINDOWED_PATHS)}
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
@@ -114,16 +113,15 @@ def test_path_makes_the_reference_updates(records, path, optimizer):
     _check_updates(records["reference", optimizer], records[path, optimizer], path, optimizer)
 
 
-@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("path", WINDOWED_PATHS)
 def test_windowed_attention_under_mirrored_makes_the_reference_updates(
-    windowed_records, records, path, optimizer
+    windowed_records, records, path
 ):
-    reference = windowed_records["reference", optimizer]
+    reference = windowed_records["reference"]
     assert not np.allclose(
-        reference["losses"], records["reference", optimizer]["losses"], rtol=1e-3
+        reference["losses"], records["reference", "sgd"]["losses"], rtol=1e-3
     )  # a window changes the model
-    _check_updates(reference, windowed_records[path, optimizer], path, optimizer)
+    _check_updates(reference, windowed_records[path], path, "sgd")
 
 
 def _check_updates(reference, record, path, optimizer):

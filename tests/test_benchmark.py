@@ -707,7 +707,9 @@ def test_training_profile_attributes_both_models_ops_to_their_parts():
     from keras_transformer.benchmark.peers import keras_hub_transformer
     from keras_transformer.benchmark.profile import OUTSIDE, training_profile
 
-    config = get_preset("tiny", vocabulary_size=64, dropout=0.1)
+    config = get_preset(
+        "tiny", vocabulary_size=64, dropout=0.1, num_encoder_layers=1, num_decoder_layers=1
+    )
     ids = np.random.default_rng(0).integers(1, 64, size=(3, 4, 6)).astype("int32")
     batches = [({"source_ids": ids[0], "target_ids": ids[1]}, ids[2])]
     lines = []

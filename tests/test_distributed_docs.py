@@ -31,11 +31,11 @@ def test_fit_under_mirrored_strategy_example_trains(tmp_path):
         env=script_environment(),
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith(("Epoch", "20/20"))]
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("Epoch", "40/40"))]
     documented = printed.strip().splitlines()
     shape = re.compile(r"\d+(\.\d+)?m?s")  # times vary from run to run
     assert [shape.sub("T", line.rsplit("loss:", 1)[0]) for line in lines] == [
         shape.sub("T", line.rsplit("loss:", 1)[0]) for line in documented
     ], lines
     losses = [float(line.rsplit("loss:", 1)[1]) for line in lines if "loss:" in line]
-    assert len(losses) == 2 and losses[1] < 0.85 * losses[0], losses  # it trains
+    assert len(losses) == 2 and losses[1] < 0.8 * losses[0], losses

@@ -97,7 +97,6 @@ CASES = (
     + FIT_OVERFLOW_CASES
     + SKIP_CASES
     + tuple(FIT_SPLITS)
-    + tuple(f"{case}_reference" for case in FIT_SPLITS)
     + (
         "fit_accumulation_by_hand",
         "fit_reference_float32_accum2_one_device",
@@ -288,43 +287,57 @@ def accumulation_by_hand():
     return model, {}
 
 
-def fit_split_case(case):
-    """`model.fit` of one epoch over batches of 8 and 3 (or 1) sentences: on two replicas, or one."""
+def fit_split_case(case, out_dir):
+    """`model.fit` of one epoch over batches of 8 and 3 (or 1) sentences on two replicas, and the
+    definition written out on one device: SGD on each batch's per-token mean, the epoch's loss all
+    token losses (before each update) over all real tokens, `evaluate` the same after training.
+    The definition's weights go to `<case>.by_hand.npy`."""
     inputs, labels = global_batch(0)
     extra_inputs, extra_labels = global_batch(1)
-    count = FIT_SPLITS[case.removesuffix("_reference")]
+    count = FIT_SPLITS[case]
     inputs = {key: np.concatenate([inputs[key], extra_inputs[key]])[:count] for key in inputs}
     labels = np.concatenate([labels, extra_labels])[:count]
     keras.utils.set_random_seed(0)
-    scope = tf.distribute.get_strategy() if case.endswith("_reference") else strategy()
-    with scope.scope():
+    with strategy().scope():
         model = Transformer(get_preset("tiny", **CONFIG))
         model.compile(
             optimizer=keras.optimizers.SGD(learning_rate=0.5),
             loss=LabelSmoothedCrossEntropy(model_label_smoothing()),
         )
     history = model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
-    # The definition: the token losses of both batches (before each update) over their real tokens.
     keras.utils.set_random_seed(0)
     reference = Transformer(get_preset("tiny", **CONFIG))
     optimizer = keras.optimizers.SGD(learning_rate=0.5)
+    starts = range(0, count, 2 * HALF)
+
+    def batch_at(start):
+        return (
+            {key: value[start : start + 2 * HALF] for key, value in inputs.items()},
+            labels[start : start + 2 * HALF],
+        )
+
     loss_sum = tokens = 0.0
-    for start in range(0, count, 2 * HALF):
-        batch = {key: value[start : start + 2 * HALF] for key, value in inputs.items()}
+    for start in starts:
+        batch, batch_labels = batch_at(start)
         with tf.GradientTape() as tape:
             batch_sum, batch_tokens = label_smoothed_nll(
-                labels[start : start + 2 * HALF],
-                reference(batch, training=True),
-                model_label_smoothing(),
+                batch_labels, reference(batch, training=True), model_label_smoothing()
             )
             mean = batch_sum / batch_tokens
         grads = tape.gradient(mean, reference.trainable_variables)
         optimizer.apply_gradients(zip(grads, reference.trainable_variables))
         loss_sum, tokens = loss_sum + float(batch_sum), tokens + float(batch_tokens)
+    evaluated = [
+        label_smoothed_nll(batch_labels, reference(batch, training=False), model_label_smoothing())
+        for batch, batch_labels in map(batch_at, starts)
+    ]
+    np.save(out_dir / f"{case}.by_hand.npy", flat(reference))
     return model, {
         "loss": history.history["loss"][0],
         "expected_loss": loss_sum / tokens,
         "evaluate": model.evaluate(inputs, labels, batch_size=2 * HALF, verbose=0),
+        "expected_evaluate": sum(float(s) for s, _ in evaluated)
+        / sum(float(t) for _, t in evaluated),
     }
 
 
@@ -495,7 +508,7 @@ def main(out_dir, cases):
             elif case == "fit_accumulation_by_hand":
                 trainer, record = accumulation_by_hand()
             elif case.startswith("fit_split"):
-                trainer, record = fit_split_case(case)
+                trainer, record = fit_split_case(case, out_dir)
             elif case == "consecutive_skips":
                 trainer, record = consecutive_skips_case(out_dir)
             elif case == "dropout":

@@ -262,10 +262,9 @@ def run_fit(path, make_optimizer):
 def main(out_dir, paths):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    optimizers = os.environ.get("EQUIVALENCE_OPTIMIZERS", ",".join(OPTIMIZERS)).split(",")
     for path in paths:
-        for optimizer_name in os.environ.get("EQUIVALENCE_OPTIMIZERS", ",".join(OPTIMIZERS)).split(
-            ","
-        ):
+        for optimizer_name in optimizers:
             make_optimizer = OPTIMIZERS[optimizer_name]
             name = f"{path}_{optimizer_name}"
             if path == "reference":

@@ -3,9 +3,10 @@
 Every path trains the same tiny model three steps on the same global batches (see
 tests/equivalence_harness.py) with SGD and with Adam (with attention windows, with SGD),
 and must report the same loss and make the same updates as the reference: a plain
-`tf.GradientTape` step on the whole global batch on one device, the paper's per-token normalisation written out. SGD makes
-the update proportional to the gradient, so a gradient scaled or normalised by the wrong
-token count shows in the weight deltas; Adam checks the optimizer state's path.
+`tf.GradientTape` step on the whole global batch on one device, the paper's per-token
+normalisation written out. SGD makes the update proportional to the gradient, so a gradient
+scaled or normalised by the wrong token count shows in the weight deltas; Adam checks the
+optimizer state's path.
 
 Two processes run the harness: one for the single-process paths (two logical CPU
 devices for `MirroredStrategy`), and a two-worker `MultiWorkerMirroredStrategy` cluster

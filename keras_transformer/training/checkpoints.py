@@ -287,7 +287,7 @@ def _checksum(variables):
         size += int(value.shape[0])
     total, offset = tf.constant(0, tf.int64), 0
     for chunk in filter(None, chunks):
-        bits = tf.concat(chunk, axis=0) if len(chunk) > 1 else chunk[0]
+        bits = tf.concat(chunk, axis=0)
         positions = tf.range(offset, offset + int(bits.shape[0]), dtype=tf.int64)
         offset += int(bits.shape[0])
         z = bits + positions * tf.constant(_GOLDEN, tf.int64)

@@ -6,7 +6,8 @@ r"""Evaluate a trained run or an exported SavedModel on a corpus split with sacr
     python experiments/evaluate.py --saved_model=saved_models/transformer/1 --split=test
     python experiments/evaluate.py --saved_model=saved_models/transformer --split=test   # highest version
 
-Prints BLEU and chrF with their sacreBLEU signatures (and the exact-match rate). Search
+Prints BLEU and chrF with their sacreBLEU signatures (and the exact-match rate), and while
+it decodes, the sentences done so far on stderr (--noprogress: none). Search
 settings not given come from the run's config (paper: beam 4, length penalty 0.6, input
 length + 50); a SavedModel decodes with the settings fixed at export. --tokenize defaults
 to 13a, except "char" for the built-in task (one German word per sentence: word BLEU
@@ -45,6 +46,7 @@ flags.DEFINE_string("src_file", None, "--dataset=files: source file of the split
 flags.DEFINE_string("ref_file", None, "--dataset=files: reference file of the split.")
 cli.define_scoring_flags()
 flags.DEFINE_string("output", None, "Write the hypotheses to this file, one line each.")
+flags.DEFINE_bool("progress", True, "Show the sentences decoded so far on stderr.")
 flags.DEFINE_string(
     "prm", None, "--dataset=ptb: an EVALB parameter file (default: COLLINS.prm's settings)."
 )
@@ -98,6 +100,7 @@ def main(argv):
             tokenize=tokenize,
             output=FLAGS.output,
             pairs=pairs,
+            progress=progress("translated"),
         )
     else:
         result = evaluate_saved_model(
@@ -107,6 +110,7 @@ def main(argv):
             lowercase=FLAGS.lowercase,
             tokenize=tokenize,
             output=FLAGS.output,
+            progress=progress("translated"),
         )
     settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
     print(
@@ -142,6 +146,7 @@ def evaluate_parsing(options, files):
         batch_size=FLAGS.batch_size,
         output=FLAGS.output,
         params=EvalbParams.from_file(FLAGS.prm) if FLAGS.prm else EvalbParams(),
+        progress=progress("parsed"),
         **options.kwargs(),
     )
     if FLAGS.gold_output:
@@ -156,6 +161,11 @@ def evaluate_parsing(options, files):
     print(format_summary(result.evalb.short), end="")
     if FLAGS.output:
         print(f"trees: {FLAGS.output}")
+
+
+def progress(verb):
+    """`cli.sentence_progress(verb)` unless --noprogress."""
+    return cli.sentence_progress(verb) if FLAGS.progress else None
 
 
 if __name__ == "__main__":

@@ -111,16 +111,8 @@ def main(argv):
     parser = Parser(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
-    progress = None
-    if FLAGS.input:  # the whole file, checked first, in length-sorted batches
-
-        def progress(done, total):
-            print(
-                f"\rparsed {done}/{total} sentences",
-                end="\n" if done == total else "",
-                file=sys.stderr,
-                flush=True,
-            )
+    # The whole file, checked first, in length-sorted batches.
+    progress = cli.sentence_progress("parsed") if FLAGS.input else None
 
     def respond(start, chunk, replaced):
         warn_replaced(replaced, name)

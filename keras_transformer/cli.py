@@ -342,6 +342,22 @@ def quiet_info_logs():
         logging.set_verbosity(logging.WARNING)
 
 
+def sentence_progress(verb):
+    """A `progress(done, total)` for long decoding: `\r<verb> <done>/<total> sentences` on
+    stderr (stdout keeps the results), the line ended once every sentence is done.
+    """
+
+    def progress(done, total):
+        print(
+            f"\r{verb} {done}/{total} sentences",
+            end="\n" if done == total else "",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return progress
+
+
 def run(main, tensorflow_only=True):
     """Run a script's `main(argv)` as `absl.app.run` does, with errors a user can fix in one line.
 

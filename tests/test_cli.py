@@ -154,3 +154,12 @@ def test_config_flags_keep_an_explicit_window_without_positions_an_error():
         ValueError, match="^word_window needs word_positions=True. Received: word_window=1$"
     ):
         config_from_flags(flag_values)
+
+
+def test_sentence_progress_rewrites_one_stderr_line_and_ends_it_at_the_last_sentence(capsys):
+    from keras_transformer.cli import sentence_progress
+
+    progress = sentence_progress("parsed")
+    for done in (2, 4):
+        progress(done, 4)
+    assert capsys.readouterr() == ("", "\rparsed 2/4 sentences\rparsed 4/4 sentences\n")

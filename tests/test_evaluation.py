@@ -135,6 +135,11 @@ def test_translate_in_batches_sorts_and_restores_order():
     assert translations == ["BB", "A", "DDDD", "CCC", "EEEEE"]
     assert scores == [2.0, 1.0, 4.0, 3.0, 5.0]
     assert batches == [["eeeee", "dddd"], ["ccc", "bb"], ["a"]]
+    counted = []
+    assert translate_in_batches(
+        translate_batch, texts, batch_size=2, progress=lambda *done: counted.append(done)
+    ) == (translations, scores)
+    assert counted == [(2, 5), (4, 5), (5, 5)]
     with pytest.raises(ValueError, match="batch_size"):
         translate_in_batches(translate_batch, texts, batch_size=0)
 
@@ -210,7 +215,16 @@ def test_evaluate_run_scores_and_writes_hypotheses(trained_run, beam_translator,
     from keras_transformer.data.sources import load_pairs
 
     output = tmp_path / "out" / "hypotheses.de"
-    result = evaluate_run(trained_run, split="test", max_sentences=12, batch_size=5, output=output)
+    counted = []
+    result = evaluate_run(
+        trained_run,
+        split="test",
+        max_sentences=12,
+        batch_size=5,
+        output=output,
+        progress=lambda *done: counted.append(done),
+    )
+    assert counted == [(5, 12), (10, 12), (12, 12)]
     pairs = load_pairs("builtin", "test")[:12]
     assert result.sources == [source for source, _ in pairs]
     assert result.references == [target for _, target in pairs]
@@ -326,9 +340,16 @@ def test_evaluate_saved_model(run_model, beam_translator, tmp_path):
         ("four hundred thousand three", "vierhunderttausenddrei"),
         ("seven", "sieben"),
     ]
+    counted = []
     result = evaluate_saved_model(
-        export_dir, pairs, batch_size=2, tokenize="char", output=tmp_path / "hyp.txt"
+        export_dir,
+        pairs,
+        batch_size=2,
+        tokenize="char",
+        output=tmp_path / "hyp.txt",
+        progress=lambda *done: counted.append(done),
     )
+    assert counted == [(2, 3), (3, 3)]
     expected, _ = beam_translator([source for source, _ in pairs])
     assert result.hypotheses == expected
     assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected

@@ -34,14 +34,21 @@ def test_translate_reads_stdin_and_plots_attention(trained_run, tmp_path):
 
 def test_evaluate_prints_bleu_with_signature(trained_run, tmp_path):
     output = tmp_path / "hypotheses.de"
-    stdout = run_script(
+    result = run_script(
         "evaluate.py",
         f"--model_dir={trained_run}",
         "--split=test",
         "--max_sentences=6",
         "--beam_size=2",
+        "--batch_size=4",
         f"--output={output}",
-    ).stdout
+    )
+    # The count on stderr after each batch (4 longest, then 2; text mode reads "\r" as a line end).
+    assert result.stderr.splitlines()[-2:] == [
+        "translated 4/6 sentences",
+        "translated 6/6 sentences",
+    ]
+    stdout = result.stdout
     assert "builtin/test: 6 sentences translated" in stdout
     assert "nrefs:1|case:mixed|eff:no|tok:char|smooth:exp|version:" in stdout
     assert "BLEU = " in stdout and "chrF2 = " in stdout and "exact match: " in stdout

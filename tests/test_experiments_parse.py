@@ -173,6 +173,7 @@ def test_evaluate_script_reports_evalb_figures(ptb_run, sections, tmp_path):
         words for words, _ in load_ptb_pairs(sections, "val")[:3]
     ]
     assert "ptb/val: 3 sentences parsed" in result.stdout
+    assert result.stderr.splitlines()[-1] == "parsed 3/3 sentences"  # one batch (the default 64)
     for label in ("Bracketing FMeasure       = ", "Tagging accuracy          = ", "-- len<=40 --"):
         assert label in result.stdout
 

@@ -126,20 +126,13 @@ class Parser:
 
     def linearized(self, sentences, progress=None):
         """The best linearized tree of each sentence (`(S (NP NNP ) ...`), and its score."""
-        sentences = list(sentences)
-        done = 0
-
-        def batch(texts):
-            nonlocal done
-            outputs = self.translator.translate_batch(texts)
-            done += len(texts)
-            if progress is not None:
-                progress(done, len(sentences))
-            return outputs
-
         texts = self.sources(sentences)
         return translate_in_batches(
-            batch, texts, self.translator.batch_size, [len(text.split(" ")) for text in texts]
+            self.translator.translate_batch,
+            texts,
+            self.translator.batch_size,
+            [len(text.split(" ")) for text in texts],
+            progress=progress,
         )
 
     def nbest(self, sentences):

@@ -16,7 +16,7 @@ from keras_transformer.layers.checks import check_positive_int
 from keras_transformer.model_root import resolve_saved_model
 
 
-def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
+def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None, progress=None):
     """Translate `texts` in length-sorted batches, returning results in input order.
 
     Args:
@@ -27,6 +27,8 @@ def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
         lengths: a sort key per sentence (default: its number of characters). Sentences
             are translated longest first, so that a batch that does not fit in memory
             fails at once.
+        progress: optional `progress(done, total)`, called after every batch with the
+            number of sentences translated so far and `len(texts)`.
 
     Returns:
         `(translations: list[str], scores: list[float])`, aligned with `texts`.
@@ -49,6 +51,8 @@ def translate_in_batches(translate_batch, texts, batch_size=64, lengths=None):
         for i, translation, score in zip(indices, batch_translations, batch_scores):
             translations[i] = translation
             scores[i] = float(score)
+        if progress is not None:
+            progress(start + len(indices), len(texts))
     return translations, scores
 
 
@@ -119,6 +123,8 @@ class Translator:
 
     Call arguments:
         texts: a list of source sentences.
+        progress: optional `progress(done, total)` called after every batch
+            (`translate_in_batches`).
 
     Returns:
         `(translations: list[str], scores: list[float])` in input order; for beam search
@@ -228,12 +234,14 @@ class Translator:
             list(scores) for _, scores in pairs
         ]
 
-    def __call__(self, texts):
+    def __call__(self, texts, progress=None):
         texts = list(texts)
         if not texts:
             return [], []
         lengths = self.tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths().numpy()
-        return translate_in_batches(self.translate_batch, texts, self.batch_size, lengths)
+        return translate_in_batches(
+            self.translate_batch, texts, self.batch_size, lengths, progress=progress
+        )
 
 
 class SavedModelTranslator:
@@ -252,6 +260,8 @@ class SavedModelTranslator:
 
     Call arguments:
         texts: a list of source sentences.
+        progress: optional `progress(done, total)` called after every batch
+            (`translate_in_batches`).
 
     Returns:
         `(translations: list[str], scores: list[float])` in input order.
@@ -286,8 +296,8 @@ class SavedModelTranslator:
         )  # n-best: (B, R)
         return _as_strings(translations), np.asarray(scores).reshape(-1).tolist()
 
-    def __call__(self, texts):
+    def __call__(self, texts, progress=None):
         texts = list(texts)
         if not texts:
             return [], []
-        return translate_in_batches(self.translate_batch, texts, self.batch_size)
+        return translate_in_batches(self.translate_batch, texts, self.batch_size, progress=progress)

@@ -47,7 +47,7 @@ def write_lines(path, lines):
 
 
 def evaluate_translator(
-    translate, pairs, lowercase=False, tokenize="13a", output=None, settings=None
+    translate, pairs, lowercase=False, tokenize="13a", output=None, settings=None, progress=None
 ):
     """Translate the sources of `pairs` with `translate` and score them against the targets.
 
@@ -58,6 +58,8 @@ def evaluate_translator(
         lowercase, tokenize: sacreBLEU options (see `evaluation.corpus_bleu`).
         output: if given, write the hypotheses there, one line each, in corpus order.
         settings: recorded in the result.
+        progress: optional `progress(done, total)`, passed on to `translate` (which then
+            takes it as a keyword, as both translators do) to be called after every batch.
 
     Returns:
         an `EvaluationResult`.
@@ -68,7 +70,9 @@ def evaluate_translator(
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     start = time.perf_counter()
-    hypotheses, _ = translate(sources)
+    hypotheses, _ = (
+        translate(sources) if progress is None else translate(sources, progress=progress)
+    )
     seconds = time.perf_counter() - start
     if output:
         write_lines(output, hypotheses)
@@ -104,6 +108,7 @@ def evaluate_run(
     tokenize=None,
     output=None,
     pairs=None,
+    progress=None,
     **search_options,
 ):
     """Translate a corpus split with a trained run and score it with sacreBLEU.
@@ -125,6 +130,7 @@ def evaluate_run(
             ("char" for the built-in task, else "13a").
         output: write the hypotheses to this file, one line each.
         pairs: evaluate these `(source, reference)` pairs instead of loading a split.
+        progress: optional `progress(done, total)`, called after every batch.
         **search_options: further search arguments (`temperature`, `top_k`, `top_p`,
             `seed` for sampling, `max_length`, ...).
 
@@ -164,7 +170,7 @@ def evaluate_run(
     }
     if ensemble:
         settings["ensemble"] = ",".join(map(str, ensemble))
-    return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
+    return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings, progress)
 
 
 def evaluate_saved_model(
@@ -175,13 +181,15 @@ def evaluate_saved_model(
     lowercase=False,
     tokenize="13a",
     output=None,
+    progress=None,
 ):
     """Translate `(source, reference)` pairs with an exported SavedModel and score them.
 
     The SavedModel's signature takes the input key `text` (a string batch) and returns
     `translation` and `score` (see `SavedModelTranslator`); its decoding settings are
     those fixed at export time. `export_dir` is a SavedModel directory, or a model root
-    (`saved_models/<name>`: its highest version).
+    (`saved_models/<name>`: its highest version). `progress(done, total)`, if given, is
+    called after every batch.
 
     Returns:
         an `EvaluationResult`.
@@ -196,7 +204,7 @@ def evaluate_saved_model(
     """
     translator = SavedModelTranslator(export_dir, batch_size=batch_size, signature=signature)
     settings = {"saved_model": translator.export_dir, "signature": signature}
-    return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings)
+    return evaluate_translator(translator, pairs, lowercase, tokenize, output, settings, progress)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ def gold_trees(pairs):
     return [str(delinearize(target, words)) for words, target in pairs]
 
 
-def evaluate_parser(parse, pairs, params=EvalbParams(), output=None, settings=None):
+def evaluate_parser(parse, pairs, params=EvalbParams(), output=None, settings=None, progress=None):
     """Parse the words of `pairs` with `parse(sentences) -> trees` and score them against their trees.
 
     Args:
@@ -34,10 +34,12 @@ def evaluate_parser(parse, pairs, params=EvalbParams(), output=None, settings=No
         pairs: `(words, linearized tree)` pairs (`data.sources.load_pairs("ptb", ...)`).
         params: EVALB's settings (default `COLLINS.prm`'s).
         output: write the parses there, one line each (after parsing: nothing half-written).
+        progress: optional `progress(done, total)`, passed on to `parse` (as a keyword) to be
+            called after every batch.
     """
     sentences = [words for words, _ in pairs]
     start = time.perf_counter()
-    trees = parse(sentences)
+    trees = parse(sentences) if progress is None else parse(sentences, progress=progress)
     seconds = time.perf_counter() - start
     if output:
         from keras_transformer.evaluation.evaluate import write_lines
@@ -58,10 +60,12 @@ def evaluate_parsing_run(
     output=None,
     params=EvalbParams(),
     ensemble=(),
+    progress=None,
     **options,
 ):
     """`evaluate_parser` with the `Parser` of a run directory (search settings as `Parser`'s),
-    or of an ensemble of it and the runs `ensemble` (`runs.load_ensemble`)."""
+    or of an ensemble of it and the runs `ensemble` (`runs.load_ensemble`); `progress` as
+    `evaluate_parser`'s."""
     from keras_transformer.decoding.parser import Parser
     from keras_transformer.runs import load_ensemble
 
@@ -72,4 +76,4 @@ def evaluate_parsing_run(
         **options,
         **({"ensemble": ",".join(map(str, ensemble))} if ensemble else {}),
     }
-    return evaluate_parser(parser, pairs, params, output, settings=settings)
+    return evaluate_parser(parser, pairs, params, output, settings=settings, progress=progress)

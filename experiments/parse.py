@@ -95,7 +95,7 @@ def parse_text(parser, start, lines, progress=None):
 
 def main(argv):
     del argv
-    name = FLAGS.input or "stdin"
+    name = FLAGS.input or streaming.STDIN_NAME
     if FLAGS.input:
         lines, replaced = streaming.read_lines(FLAGS.input)
         warn_replaced(replaced, name)

@@ -20,6 +20,10 @@ import queue
 import sys
 import threading
 
+STDIN_NAME = "<stdin>"
+"""What a script's warnings and errors call its standard input (`<stdin>, line 3: ...`), as
+Python names it."""
+
 MAX_BATCHES = 8
 """A script reading a stream translates at most this many `--batch_size` batches of the lines
 already there at once: a file piped in is still sorted by length, within that many batches."""

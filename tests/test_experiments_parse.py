@@ -327,7 +327,7 @@ def test_parse_script_answers_each_stdin_line_before_the_next(ptb_run, sections)
         status, stderr = session.close(120)
     assert status == 1
     assert stderr.strip().splitlines()[-1] == (
-        "error: stdin, line 3: a blank line (one tokenized sentence per line)"
+        "error: <stdin>, line 3: a blank line (one tokenized sentence per line)"
     )
 
 

@@ -796,11 +796,24 @@ def test_the_int8_export_in_a_clean_process_decodes_as_the_library(served, int8_
 
 
 def test_bad_settings_are_refused_before_anything_is_written(run_objects, translator, tmp_path):
+    from keras_transformer import Transformer
+
     model, tokenizer, _ = run_objects
     with pytest.raises(ValueError, match="beam_size must be a positive integer"):
         TranslationModule(model, tokenizer, beam_size=0)
     with pytest.raises(ValueError, match="max_source_length exceeds the model's max_length"):
         TranslationModule(model, tokenizer, max_source_length=49)
+    # A model whose decoder has a vocabulary of its own, with the run's one-vocabulary tokenizer.
+    own_target = model.config.replace(
+        share_embeddings=False, target_vocabulary_size=model.config.vocabulary_size + 8
+    )
+    with pytest.raises(
+        ValueError,
+        match="different target vocabularies. Received: tokenizer.target_vocabulary_size="
+        f"{tokenizer.vocabulary_size}, the model's target vocabulary size="
+        f"{model.config.vocabulary_size + 8}$",
+    ):
+        TranslationModule(Transformer(own_target), tokenizer)
     with pytest.raises(TypeError, match="warmup sentences must be str or bytes"):
         export_saved_model(translator, tmp_path, NAME, warmup_sentences=["one", 2])
     with pytest.raises(ValueError, match="name must be"):

@@ -281,6 +281,9 @@ def main(argv):
     if FLAGS.model_dir:
         test = load_multi30k(FLAGS.src_lang, FLAGS.tgt_lang, "test", data_dir=FLAGS.data_dir)
         if FLAGS.decoding_rows:
+            cli.step(
+                "Decoding rows: cached search against recompute (graph, XLA), then the SavedModel"
+            )
             rows.extend(
                 decoding_rows(
                     FLAGS.model_dir,
@@ -292,6 +295,10 @@ def main(argv):
                 )
             )
         if FLAGS.ctranslate2:
+            cli.step(
+                "CTranslate2 rows: exporting the SavedModel and the float32 and int8 CTranslate2 "
+                "models, then timing every engine"
+            )
             rows.extend(
                 ctranslate2_rows(
                     FLAGS.model_dir,

@@ -29,7 +29,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ log lines
 # The package imports TensorFlow with its start-up lines hidden (keras_transformer.QUIET_IMPORT).
 os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 
-import sys
 
 from absl import app, flags
 
@@ -140,7 +139,7 @@ def main(argv):
     if FLAGS.format == "transformers":
         export_for_transformers(export_dir, options)
         return
-    progress(f"Loading {FLAGS.model_dir}")
+    cli.step(f"Loading {FLAGS.model_dir}")
     module = (
         ParsingModule if is_parsing_run(FLAGS.model_dir) else TranslationModule
     )  # --dataset=ptb: trees out
@@ -169,7 +168,7 @@ def main(argv):
         version=FLAGS.version,
         warmup_sentences=FLAGS.warmup_sentences,
         check_ops=FLAGS.check_ops,
-        progress=progress,
+        progress=cli.step,
     )
     print(
         f"Exported {result.path}"
@@ -196,11 +195,6 @@ def main(argv):
     print("Serve it with TF Serving, then ask it (docs/serving.md):")
     print(f"  {docker_run}")
     print(f"  {curl}")
-
-
-def progress(line):
-    """A step of a SavedModel export, on stderr (stdout keeps the results)."""
-    print(f"... {line}", file=sys.stderr, flush=True)
 
 
 def export_for_ctranslate2(export_dir, options):
@@ -259,7 +253,7 @@ def _sample():
     try:
         return validation_sample(FLAGS.model_dir)
     except (OSError, ValueError) as err:  # e.g. a corpus directory that moved since training
-        progress(
+        cli.step(
             f"No sentence of the run's validation split ({err}); the sample is the first warmup sentence"
         )
         return FLAGS.warmup_sentences[0]

@@ -342,6 +342,11 @@ def quiet_info_logs():
         logging.set_verbosity(logging.WARNING)
 
 
+def step(line):
+    """Announce a step of long work on stderr (stdout keeps the results): `... <line>`."""
+    print(f"... {line}", file=sys.stderr, flush=True)
+
+
 def sentence_progress(verb):
     """A `progress(done, total)` for long decoding: `\r<verb> <done>/<total> sentences` on
     stderr (stdout keeps the results), the line ended once every sentence is done.

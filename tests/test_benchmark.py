@@ -491,6 +491,12 @@ def test_benchmark_decoding_row_alone(trained_run, multi30k_dir, tmp_path):
         "--decode_batch_sizes=4",
         f"--saved_model_baseline={baseline}",
     )
+    # Each part announced on stderr as it starts (the CTranslate2 exports take a while).
+    announced = [line for line in result.stderr.splitlines() if line.startswith("... ")]
+    assert [line.split(":")[0] for line in announced] == [
+        "... Decoding rows",
+        "... CTranslate2 rows",
+    ]
     assert "cached_search_graph: beam 4 sentences/s, cached vs recompute" in result.stdout
     assert "cached_search_xla: beam 4 sentences/s, cached vs recompute" in result.stdout
     assert "saved_model: 6 test sentences, beam 4 (s)" in result.stdout

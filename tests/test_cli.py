@@ -163,3 +163,34 @@ def test_sentence_progress_rewrites_one_stderr_line_and_ends_it_at_the_last_sent
     for done in (2, 4):
         progress(done, 4)
     assert capsys.readouterr() == ("", "\rparsed 2/4 sentences\rparsed 4/4 sentences\n")
+
+
+def test_scripts_log_tensorflows_info_lines_only_when_asked_for_a_verbosity():
+    import logging
+    import os
+
+    import tensorflow as tf
+    from absl import flags
+
+    from keras_transformer import cli
+
+    tensorflow = os.path.join(os.path.dirname(tf.__file__), "python", "checkpoint", "saver.py")
+    # A checkout in a folder named tensorflow is still the toolkit's.
+    ours = os.path.join(os.sep, "src", "tensorflow", "keras_transformer", "training", "trainer.py")
+
+    def record(level, path):
+        return logging.LogRecord("absl", level, path, 1, "a line", None, None)
+
+    keep = cli._from_the_toolkit_or_a_warning
+    assert not keep(record(logging.INFO, tensorflow))
+    assert keep(record(logging.WARNING, tensorflow)) and keep(record(logging.INFO, ours))
+    absl_logger = logging.getLogger("absl")
+    for argv, filtered in ((["script"], True), (["script", "--verbosity=0"], False)):
+        flag_values = flags.FlagValues()
+        flags.DEFINE_integer("verbosity", -1, "absl's flag", flag_values=flag_values)
+        flag_values(argv)
+        try:
+            cli.quiet_tensorflow_info(flag_values)
+            assert (keep in absl_logger.filters) == filtered, argv
+        finally:
+            absl_logger.removeFilter(keep)

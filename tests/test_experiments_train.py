@@ -94,6 +94,7 @@ def test_train_then_resume_then_average(tmp_path, tiny_tokenizer):
         *TINY_FLAGS,
     )
     assert "Trained to step 6" in output
+    assert "Sharding callback duration" not in output  # TensorFlow's INFO line at every save
     assert (
         "CPU allocator pooled (TF_CPU_ALLOCATOR_USE_BFC=true)" in output
     )  # selected before TensorFlow's first op

@@ -357,7 +357,7 @@ def quiet_tensorflow_info(flag_values=flags.FLAGS):
     """Drop TensorFlow's own INFO lines from a script's log, unless the user passed `--verbosity`.
 
     TensorFlow logs through absl too, at INFO, lines a user cannot act on (every checkpoint
-    save: `Sharding callback duration: 252 microseconds`, amid the progress bar); the
+    save logs its sharding callback's duration, amid the progress bar); the
     toolkit's INFO lines (restored checkpoints, evaluations, ...) stay.
     """
     if not flag_values["verbosity"].present:

@@ -121,10 +121,8 @@ def main(argv):
     translator = Translator(
         model, tokenizer, options.method, batch_size=FLAGS.batch_size, **options.kwargs()
     )
-    name, lines = (
-        FLAGS.input or streaming.STDIN_NAME,
-        [],
-    )  # `lines`: the input, for --plot_attention
+    name = FLAGS.input or streaming.STDIN_NAME
+    lines = []  # the input, for --plot_attention
 
     def respond(start, chunk, replaced):
         if FLAGS.plot_attention:

@@ -358,9 +358,12 @@ def quiet_tensorflow_info(flag_values=flags.FLAGS):
 
     TensorFlow logs through absl too, at INFO, lines a user cannot act on (every checkpoint
     save logs its sharding callback's duration, amid the progress bar); the
-    toolkit's INFO lines (restored checkpoints, evaluations, ...) stay.
+    toolkit's INFO lines (restored checkpoints, evaluations, ...) stay. The filter follows each
+    script's flags, also when several run in one process.
     """
-    if not flag_values["verbosity"].present:
+    if flag_values["verbosity"].present:
+        logging.get_absl_logger().removeFilter(_from_the_toolkit_or_a_warning)
+    else:
         logging.get_absl_logger().addFilter(_from_the_toolkit_or_a_warning)
 
 

@@ -124,7 +124,11 @@ flags.DEFINE_integer(
     "--patience resumes the run.",
 )
 flags.DEFINE_float("min_delta", 0.0, "--patience: the improvement that counts (BLEU or F1 points).")
-flags.DEFINE_bool("progress", True, "Show a progress bar (else log lines with rate and ETA).")
+flags.DEFINE_bool(
+    "progress",
+    True,
+    "Show the log line (loss, lr, tok/s, ETA) behind a bar, in place on a terminal; else log it.",
+)
 flags.DEFINE_bool(
     "allow_changed_data",
     False,

@@ -326,19 +326,33 @@ def test_interrupted_run_with_dropout_equals_uninterrupted_run(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_several_updates_per_call_equal_one_per_call(tmp_path):
-    """steps_per_execution=4 makes the same updates, with dropout, as one update per call."""
+def test_several_updates_per_call_equal_one_per_call(tmp_path, capsys):
+    """steps_per_execution=4 makes the same updates, with dropout, as one update per call.
+
+    The second run shows its progress: a line per log step on stderr (not a terminal here),
+    nothing on stdout."""
     config = micro_config(dropout=0.3, train_steps=7)
     batches = [fixed_batch(seed) for seed in range(5)]
     weights, logged = [], []
     for steps_per_execution in (1, 4):
         keras.utils.set_random_seed(0)
         options = TrainOptions(
-            checkpoint_every=5, log_every=3, steps_per_execution=steps_per_execution, progress=False
+            checkpoint_every=5,
+            log_every=3,
+            steps_per_execution=steps_per_execution,
+            progress=steps_per_execution == 4,
         )
         trainer = Trainer(config, tmp_path / str(steps_per_execution), options)
+        capsys.readouterr()
         results = trainer.train(single_batch_fn(batches))
         assert results["step"] == 7 and trainer.skipped_steps == 0
+        shown = capsys.readouterr()
+        if options.progress:
+            lines = shown.err.splitlines()
+            assert [line.split(" [")[0] for line in lines] == ["step 3/7", "step 6/7", "step 7/7"]
+            assert f"] loss {results['loss']:.4f} lr " in lines[-1] and shown.out == ""
+        else:
+            assert "step 3/7" not in shown.err + shown.out
         weights.append(trainer.model.get_weights())
         logged.append(results["loss"])
         # Calls stop at the log and checkpoint steps: both were written.

@@ -29,7 +29,8 @@ class TrainOptions:
         log_every: log and write TensorBoard scalars every this many updates.
         eval_every: compute validation loss/perplexity every this many updates (0: only at the end).
         seed: seeds initialization, dropout and data shuffling.
-        progress: show a Keras progress bar.
+        progress: show the log line behind a bar of the steps done, on stderr, in place on a
+            terminal (`training.progress.ProgressMeter`); else log it through absl.
         on_nonfinite: what to do with an update whose loss or gradients are not finite on
             any replica: "stop" (raise `DivergenceError` naming the step; nothing is applied
             or saved) or "skip" (drop the update). Under mixed_float16 an update whose loss

@@ -1,25 +1,33 @@
 """What a user sees of a running training loop, and how it learns of a preemption."""
 
 import signal
+import sys
 import threading
 import time
 
-import keras
 from absl import logging
 
 
 class ProgressMeter:
-    """Loss and token rate over the updates since the last log line, skipped updates, and the ETA."""
+    """Loss and token rate over the updates since the last log line, skipped updates, the ETA,
+    and the line that shows them.
 
-    def __init__(self, train_steps, progress, start_step):
+    `report` writes `step N/M loss … lr … <rate> tok/s skipped … ETA h:mm:ss`: with `progress`,
+    on `stream` (default stderr; stdout keeps a script's results) behind a bar of the steps
+    done, rewritten in place on a terminal and one line per report elsewhere; without, as an
+    absl INFO line. Used as a context manager, it ends a line left open on the way out;
+    `end_line` ends it before other output (a validation's log line).
+    """
+
+    BAR_WIDTH = 30
+
+    def __init__(self, train_steps, progress, start_step, stream=None):
         self.train_steps = train_steps
         self.start_step = start_step
+        self.progress = progress
+        self.stream = stream or sys.stderr
         self.run_start = time.time()
-        self.progress = keras.utils.Progbar(
-            train_steps, stateful_metrics=["loss", "lr", "tok/s", "skipped"]
-        )
-        if progress:
-            self.progress.update(start_step)
+        self._open_width = None  # the width of the line left open on a terminal
         self._reset()
 
     def _reset(self):
@@ -40,6 +48,40 @@ class ProgressMeter:
         )
         self._reset()
         return loss, rate, eta
+
+    def report(self, step, loss, lr, rate, skipped, eta):
+        figures = (
+            f"loss {loss:.4f} lr {lr:.3g} {rate:.0f} tok/s skipped {skipped} "
+            f"ETA {format_seconds(eta)}"
+        )
+        if not self.progress:
+            logging.info("step %d/%d %s", step, self.train_steps, figures)
+            return
+        done = self.BAR_WIDTH * min(step, self.train_steps) // max(self.train_steps, 1)
+        bar = "=" * done + "." * (self.BAR_WIDTH - done)
+        line = f"step {step}/{self.train_steps} [{bar}] {figures}"
+        if not self.stream.isatty():
+            self.stream.write(line + "\n")
+        else:
+            padding = " " * max((self._open_width or 0) - len(line), 0)
+            self.stream.write("\r" + line + padding)
+            self._open_width = len(line)
+            if step >= self.train_steps:
+                self.end_line()
+        self.stream.flush()
+
+    def end_line(self):
+        if self._open_width is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open_width = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.end_line()
+        return False
 
 
 class TerminationSignal:

@@ -43,7 +43,7 @@ from keras_transformer.training.options import (
     TrainOptions,
 )
 from keras_transformer.training.position import resumable
-from keras_transformer.training.progress import ProgressMeter, TerminationSignal, format_seconds
+from keras_transformer.training.progress import ProgressMeter, TerminationSignal
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.strategy import is_chief
 from keras_transformer.training.update import UpdateStep
@@ -333,7 +333,8 @@ class Trainer:
         meter = ProgressMeter(last_step, options.progress, self.step)
         train_logs = {}  # the latest log window's values, for the callbacks' epoch logs
         validated_at = None
-        with contextlib.nullcontext(termination) if termination else TerminationSignal() as signal:
+        watcher = contextlib.nullcontext(termination) if termination else TerminationSignal()
+        with watcher as signal, meter:
             while self.step < last_step and not ("stopped" in results or self.model.stop_training):
                 step = self.step
                 # One call never crosses a point where the host logs, saves or validates.
@@ -352,6 +353,7 @@ class Trainer:
                 step = self.step
                 meter.add(float(call["loss_sum"]), float(call["tokens"]))
                 if call["skipped"]:
+                    meter.end_line()
                     self._report_skips(call, step)
                 if call["diverged"]:
                     self._diverged(call, step + 1)
@@ -368,6 +370,7 @@ class Trainer:
                     )
                     callbacks.on_train_batch_end(step, dict(train_logs))
                 if call["stop"]:
+                    meter.end_line()
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
                     logging.warning(message)
@@ -385,13 +388,15 @@ class Trainer:
                     and options.eval_every
                     and step % options.eval_every == 0
                 )
+                if validated or scored:
+                    meter.end_line()
                 if validated or (scored and validation_dataset is not None):
                     results.update(
                         self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step)
                     )
                     validated_at = step
                 if scored:
-                    results.update(self._score(scorer, writers[runs.VALIDATION_LOG], step, meter))
+                    results.update(self._score(scorer, writers[runs.VALIDATION_LOG], step))
                 if scored or (validated and not scoring):
                     epoch_logs = {**train_logs, **_evaluation_logs(results)}
                     callbacks.on_epoch_end(step, epoch_logs)
@@ -442,7 +447,7 @@ class Trainer:
             f"{best['step']}, is {best['path']}. Run again with a larger --patience to continue."
         )
 
-    def _score(self, scorer, writer, step, meter):
+    def _score(self, scorer, writer, step):
         """Score the model (`scorer`), record it, keep the weights if they are the best, count patience.
 
         Every worker decodes the same sentences with the same weights; under
@@ -506,9 +511,6 @@ class Trainer:
             self._since_best,
             score.seconds,
         )
-        if self.options.progress:
-            meter.progress.stateful_metrics.update(values)
-            meter.progress.update(step, list(values.items()))
         results = {f"val_{name}": figure for name, figure in values.items()}
         if self._patience_spent():
             results["stopped"] = self._early_stop_line(step)
@@ -561,21 +563,7 @@ class Trainer:
                 )
             if padding_fraction is not None:
                 tf.summary.scalar("padding_fraction", padding_fraction)
-        if self.options.progress:
-            meter.progress.update(
-                step, [("loss", loss), ("lr", lr), ("tok/s", rate), ("skipped", self.skipped_steps)]
-            )
-        else:
-            logging.info(
-                "step %d/%d loss %.4f lr %.3g %.0f tok/s skipped %d ETA %s",
-                step,
-                meter.train_steps,
-                loss,
-                lr,
-                rate,
-                self.skipped_steps,
-                format_seconds(eta),
-            )
+        meter.report(step, loss, lr, rate, self.skipped_steps, eta)
         logs = {
             "loss": loss,
             "learning_rate": lr,

@@ -1,0 +1,61 @@
+"""What a user watches while a run trains: `training.progress.ProgressMeter`'s line."""
+
+import io
+import logging
+
+import pytest
+
+from keras_transformer.training.progress import ProgressMeter
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+FIGURES = dict(loss=1.23456, lr=0.0011634, rate=8387.4, skipped=0, eta=83.9)
+LINE = "loss 1.2346 lr 0.00116 8387 tok/s skipped 0 ETA 0:01:23"
+
+
+def test_on_a_terminal_the_line_is_rewritten_in_place_and_ended_once():
+    stream = Terminal()
+    with ProgressMeter(600, True, 0, stream) as meter:
+        meter.report(200, **FIGURES)
+        meter.report(400, **{**FIGURES, "rate": 8.0})  # a shorter line covers the longer one
+        meter.end_line()  # before a validation's log line
+        meter.end_line()  # nothing open: nothing written
+        meter.report(600, **FIGURES)  # the last step ends its line
+        meter.report(600, **FIGURES)
+    short = LINE.replace("8387 tok/s", "8 tok/s")
+    assert stream.getvalue() == (
+        f"\rstep 200/600 [{'=' * 10}{'.' * 20}] {LINE}"
+        f"\rstep 400/600 [{'=' * 20}{'.' * 10}] {short}   \n"
+        f"\rstep 600/600 [{'=' * 30}] {LINE}\n"
+        f"\rstep 600/600 [{'=' * 30}] {LINE}\n"
+    )
+
+
+def test_a_line_left_open_is_ended_on_the_way_out():
+    stream = Terminal()
+    with pytest.raises(RuntimeError), ProgressMeter(600, True, 300, stream) as meter:
+        meter.report(450, **FIGURES)
+        raise RuntimeError("diverged")
+    assert stream.getvalue() == f"\rstep 450/600 [{'=' * 22}{'.' * 8}] {LINE}\n"
+
+
+def test_elsewhere_each_report_is_a_line():
+    stream = io.StringIO()
+    with ProgressMeter(600, True, 0, stream) as meter:
+        meter.report(200, **FIGURES)
+        meter.report(400, **FIGURES)
+    assert stream.getvalue() == (
+        f"step 200/600 [{'=' * 10}{'.' * 20}] {LINE}\nstep 400/600 [{'=' * 20}{'.' * 10}] {LINE}\n"
+    )
+
+
+def test_without_progress_the_figures_are_an_absl_info_line(caplog):
+    stream = Terminal()
+    with caplog.at_level(logging.INFO, logger="absl"):
+        ProgressMeter(600, False, 0, stream).report(200, **FIGURES)
+    assert stream.getvalue() == ""
+    assert [record.getMessage() for record in caplog.records] == [f"step 200/600 {LINE}"]

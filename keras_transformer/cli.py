@@ -19,6 +19,7 @@ from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
 from keras_transformer.data.sources import DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, config_fields, get_preset
+from keras_transformer.training.progress import StatusLine
 
 # What a user's mistake or the user's storage raises (a missing run directory or file, a
 # bad value, an export version that exists, a diverged run, an unreadable checkpoint, a full
@@ -373,17 +374,14 @@ def step(line):
 
 
 def sentence_progress(verb):
-    """A `progress(done, total)` for long decoding: `\r<verb> <done>/<total> sentences` on
-    stderr (stdout keeps the results), the line ended once every sentence is done.
+    """A `progress(done, total)` for long decoding: `<verb> <done>/<total> sentences` on a
+    `training.progress.StatusLine` of stderr (stdout keeps the results), ended once every
+    sentence is done.
     """
+    line = StatusLine()
 
     def progress(done, total):
-        print(
-            f"\r{verb} {done}/{total} sentences",
-            end="\n" if done == total else "",
-            file=sys.stderr,
-            flush=True,
-        )
+        line.show(f"{verb} {done}/{total} sentences", last=done == total)
 
     return progress
 

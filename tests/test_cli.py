@@ -2,6 +2,7 @@
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,13 +157,33 @@ def test_config_flags_keep_an_explicit_window_without_positions_an_error():
         config_from_flags(flag_values)
 
 
-def test_sentence_progress_rewrites_one_stderr_line_and_ends_it_at_the_last_sentence(capsys):
+def test_sentence_progress_rewrites_one_stderr_line_and_ends_it_at_the_last_sentence(
+    capsys, monkeypatch
+):
+    """In place on a terminal; a line per batch in a log file (not a terminal)."""
+    import io
+
     from keras_transformer.cli import sentence_progress
 
-    progress = sentence_progress("parsed")
-    for done in (2, 4):
-        progress(done, 4)
-    assert capsys.readouterr() == ("", "\rparsed 2/4 sentences\rparsed 4/4 sentences\n")
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream in (None, Terminal()):
+        if stream is not None:
+            monkeypatch.setattr(sys, "stderr", stream)
+        progress = sentence_progress("parsed")
+        for done in (2, 4, 10, 12):
+            progress(done, 12)
+    assert capsys.readouterr() == (
+        "",
+        "parsed 2/12 sentences\nparsed 4/12 sentences\nparsed 10/12 sentences\n"
+        "parsed 12/12 sentences\n",
+    )
+    assert stream.getvalue() == (
+        "\rparsed 2/12 sentences\rparsed 4/12 sentences\rparsed 10/12 sentences"
+        "\rparsed 12/12 sentences\n"
+    )
 
 
 def test_scripts_log_tensorflows_info_lines_only_when_asked_for_a_verbosity():

@@ -8,15 +8,51 @@ import time
 from absl import logging
 
 
+class StatusLine:
+    """One line of progress on `stream` (default stderr; stdout keeps a script's results):
+    rewritten in place on a terminal, a line per `show` elsewhere (a log file gets no carriage
+    returns). Used as a context manager, it ends a line left open on the way out.
+    """
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self._open_width = None  # the width of the line left open on a terminal
+
+    def show(self, text, last=False):
+        """Show `text`; `last` ends its line (nothing follows it in place)."""
+        if not self.stream.isatty():
+            self.stream.write(text + "\n")
+        else:
+            padding = " " * max((self._open_width or 0) - len(text), 0)
+            self.stream.write("\r" + text + padding)
+            self._open_width = len(text)
+            if last:
+                self.end()
+        self.stream.flush()
+
+    def end(self):
+        """End a line left open, before other output (a log line) or at the end."""
+        if self._open_width is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open_width = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.end()
+        return False
+
+
 class ProgressMeter:
     """Loss and token rate over the updates since the last log line, skipped updates, the ETA,
     and the line that shows them.
 
     `report` writes `step N/M loss … lr … <rate> tok/s skipped … ETA h:mm:ss`: with `progress`,
-    on `stream` (default stderr; stdout keeps a script's results) behind a bar of the steps
-    done, rewritten in place on a terminal and one line per report elsewhere; without, as an
-    absl INFO line. Used as a context manager, it ends a line left open on the way out;
-    `end_line` ends it before other output (a validation's log line).
+    behind a bar of the steps done on a `StatusLine` of `stream`; without, as an absl INFO
+    line. Used as a context manager, it ends a line left open on the way out; `end_line` ends
+    it before other output (a validation's log line).
     """
 
     BAR_WIDTH = 30
@@ -25,9 +61,8 @@ class ProgressMeter:
         self.train_steps = train_steps
         self.start_step = start_step
         self.progress = progress
-        self.stream = stream or sys.stderr
+        self.line = StatusLine(stream)
         self.run_start = time.time()
-        self._open_width = None  # the width of the line left open on a terminal
         self._reset()
 
     def _reset(self):
@@ -59,22 +94,12 @@ class ProgressMeter:
             return
         done = self.BAR_WIDTH * min(step, self.train_steps) // max(self.train_steps, 1)
         bar = "=" * done + "." * (self.BAR_WIDTH - done)
-        line = f"step {step}/{self.train_steps} [{bar}] {figures}"
-        if not self.stream.isatty():
-            self.stream.write(line + "\n")
-        else:
-            padding = " " * max((self._open_width or 0) - len(line), 0)
-            self.stream.write("\r" + line + padding)
-            self._open_width = len(line)
-            if step >= self.train_steps:
-                self.end_line()
-        self.stream.flush()
+        self.line.show(
+            f"step {step}/{self.train_steps} [{bar}] {figures}", last=step >= self.train_steps
+        )
 
     def end_line(self):
-        if self._open_width is not None:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._open_width = None
+        self.line.end()
 
     def __enter__(self):
         return self

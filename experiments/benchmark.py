@@ -237,6 +237,7 @@ def main(argv):
             f"--vocabulary_map={','.join(FLAGS.vocabulary_map)} is used by the ctranslate2 rows (--ctranslate2) and "
             "--profile_saved_model, both with --model_dir: give one of them, or leave it out."
         )
+    cli.corpus_of_run(FLAGS.model_dir)  # the run's languages and Multi30k copy
     cli.quiet_info_logs()  # the decoding and ctranslate2 rows export a SavedModel
     lengths = [int(value) for value in FLAGS.scaling_lengths]
     batch_sizes = [int(value) for value in FLAGS.decode_batch_sizes]

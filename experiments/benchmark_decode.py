@@ -38,6 +38,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
 
+    cli.corpus_of_run(FLAGS.model_dir)
     model, tokenizer, config = load_run(FLAGS.model_dir)
     options = cli.search_options(config, method="beam")  # greedy takes its offset
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)

@@ -7,7 +7,9 @@ r"""Evaluate a trained run or an exported SavedModel on a corpus split with sacr
     python experiments/evaluate.py --saved_model=saved_models/transformer --split=test   # highest version
 
 Prints BLEU and chrF with their sacreBLEU signatures (and the exact-match rate), and while
-it decodes, the sentences done so far on stderr (--noprogress: none). Search
+it decodes, the sentences done so far on stderr (--noprogress: none). A run is scored on
+its own corpus and language pair (its config.json) unless --dataset, --data_dir, --src_lang
+or --tgt_lang say otherwise; a language other than the run's is refused. Search
 settings not given come from the run's config (paper: beam 4, length penalty 0.6, input
 length + 50); a SavedModel decodes with the settings fixed at export. --tokenize defaults
 to 13a, except "char" for the built-in task (one German word per sentence: word BLEU
@@ -29,7 +31,7 @@ os.environ.setdefault("KERAS_TRANSFORMER_QUIET_IMPORT", "1")
 from absl import app, flags
 
 from keras_transformer import cli
-from keras_transformer.data.sources import load_pairs
+from keras_transformer.data.sources import LANGUAGE_PAIR_DATASETS, load_pairs
 from keras_transformer.evaluation import default_tokenize, evaluate_run, evaluate_saved_model
 from keras_transformer.runs import read_run_config
 
@@ -76,6 +78,7 @@ def main(argv):
             f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}."
         )
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
+    cli.corpus_of_run(FLAGS.model_dir)
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
     if FLAGS.dataset == "ptb":
         return evaluate_parsing(options, cli.ptb_files())
@@ -113,8 +116,9 @@ def main(argv):
             progress=progress("translated"),
         )
     settings = ", ".join(f"{name}={value}" for name, value in result.settings.items())
+    pair = f" {FLAGS.src_lang}→{FLAGS.tgt_lang}" if FLAGS.dataset in LANGUAGE_PAIR_DATASETS else ""
     print(
-        f"{FLAGS.dataset}/{FLAGS.split}: {len(result.hypotheses)} sentences translated in {result.seconds:.1f} s "
+        f"{FLAGS.dataset}/{FLAGS.split}{pair}: {len(result.hypotheses)} sentences translated in {result.seconds:.1f} s "
         f"({result.sentences_per_second:.1f} sentences/s)"
     )
     print(f"settings: {settings}")

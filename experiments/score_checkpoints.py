@@ -62,6 +62,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    cli.corpus_of_run(FLAGS.model_dir)
     options = cli.search_options(runs.read_run_config(FLAGS.model_dir)[0])
     pairs = load_pairs(FLAGS.dataset, FLAGS.split, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.data_dir)
     if FLAGS.max_sentences:

@@ -16,7 +16,7 @@ from absl import app, flags, logging
 from keras_transformer import streaming
 from keras_transformer.backends import require_tensorflow
 from keras_transformer.cpu_allocator import use_pooled_cpu_allocator
-from keras_transformer.data.sources import DATASETS, SPLITS
+from keras_transformer.data.sources import DATASETS, LANGUAGE_PAIR_DATASETS, SPLITS
 from keras_transformer.decoding.options import METHODS, SearchOptions
 from keras_transformer.models.config import PRESETS, config_fields, get_preset
 from keras_transformer.training.progress import StatusLine
@@ -86,6 +86,51 @@ def define_multi30k_flags():
     flags.DEFINE_string("data_dir", None, "Local Multi30k directory (default: download).")
     flags.DEFINE_string("src_lang", "en", "Source language.")
     flags.DEFINE_string("tgt_lang", "de", "Target language.")
+
+
+def corpus_of_run(model_dir, flag_values=flags.FLAGS):
+    """Score a run on its own corpus unless told otherwise: sets the corpus flags not given
+    (`--dataset`, `--data_dir`, `--src_lang`, `--tgt_lang`, a treebank's `--ptb_*_files`) to the
+    run's, from its config.json's data section.
+
+    A script that scores a run's translations calls this before it reads a corpus: an EN→FR
+    run scored against the German references of the default `--tgt_lang=de` would print a
+    BLEU near 0 as a result. `--dataset` given as another corpus keeps its own `--data_dir`;
+    a language given that is not the run's is refused. Does nothing without `model_dir`.
+
+    Raises:
+        app.UsageError: `--src_lang` or `--tgt_lang` given, on a corpus of language pairs,
+            other than the run's.
+    """
+    if not model_dir:
+        return
+    from keras_transformer.runs import read_run_config
+
+    data = read_run_config(model_dir)[1]["data"]
+
+    def given(name):
+        return name in flag_values and flag_values[name].present
+
+    if "dataset" in flag_values and not given("dataset"):
+        flag_values.dataset = data["dataset"]
+    dataset = flag_values.dataset if "dataset" in flag_values else "multi30k"
+    if dataset in LANGUAGE_PAIR_DATASETS and data["dataset"] in LANGUAGE_PAIR_DATASETS:
+        pair = f"{data['src_lang']}→{data['tgt_lang']}"
+        for name in ("src_lang", "tgt_lang"):
+            if given(name) and flag_values[name].value != data[name]:
+                raise app.UsageError(
+                    f"--{name}={flag_values[name].value}, but {model_dir} translates {pair} "
+                    f"(its config.json): leave --{name} out to score it on {data[name]}."
+                )
+            flag_values[name].value = data[name]
+    if dataset != data["dataset"]:
+        return
+    if not given("data_dir"):
+        flag_values["data_dir"].value = data["data_dir"]
+    for split in ("val", "test"):
+        name = f"ptb_{split}_files"
+        if name in flag_values and not given(name) and data["files"]:
+            flag_values[name].value = data["files"].get(split)
 
 
 def define_checkpoint_flags(ensemble=False, every_checkpoint=False):

@@ -220,3 +220,105 @@ def test_scripts_log_tensorflows_info_lines_only_when_asked_for_a_verbosity():
             assert absl_logger.filters.count(keep) == int(filtered), argv
     finally:
         absl_logger.removeFilter(keep)
+
+
+def corpus_flags(argv, dataset_flag=True):
+    """Fresh flag values of a script that scores a run: evaluate.py's corpus flags
+    (`cli.define_corpus_flags`), or with `dataset_flag=False` benchmark.py's Multi30k ones."""
+    from absl import flags
+
+    values = flags.FlagValues()
+    if dataset_flag:
+        flags.DEFINE_enum(
+            "dataset",
+            "builtin",
+            ["builtin", "multi30k", "wmt14", "files", "ptb"],
+            "",
+            flag_values=values,
+        )
+        flags.DEFINE_list("ptb_val_files", None, "", flag_values=values)
+        flags.DEFINE_list("ptb_test_files", None, "", flag_values=values)
+    flags.DEFINE_string("data_dir", None, "", flag_values=values)
+    flags.DEFINE_string("src_lang", "en", "", flag_values=values)
+    flags.DEFINE_string("tgt_lang", "de", "", flag_values=values)
+    values(["script", *argv])
+    return values
+
+
+def run_of(directory, **data):
+    import dataclasses
+
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.runs import write_run_config
+    from keras_transformer.training import DataOptions
+
+    payload = {
+        "model": get_preset("tiny").to_dict(),
+        "data": dataclasses.asdict(DataOptions(**data)),
+    }
+    write_run_config(directory, payload)
+    return str(directory)
+
+
+def corpus(values):
+    names = ("dataset", "data_dir", "src_lang", "tgt_lang", "ptb_val_files", "ptb_test_files")
+    return {name: values[name].value for name in names if name in values}
+
+
+def test_a_run_is_scored_on_its_own_corpus_and_language_pair_unless_told_otherwise(tmp_path):
+    from absl import app
+
+    from keras_transformer.cli import corpus_of_run
+
+    en_fr = run_of(
+        tmp_path / "en_fr", dataset="multi30k", src_lang="en", tgt_lang="fr", data_dir="m30k"
+    )
+    own = {"dataset": "multi30k", "data_dir": "m30k", "src_lang": "en", "tgt_lang": "fr"}
+    for argv, expected in (
+        ([], own),
+        (["--tgt_lang=fr", "--src_lang=en"], own),  # the run's own, given
+        (["--data_dir=elsewhere"], {**own, "data_dir": "elsewhere"}),
+        # another corpus: its own copy; a corpus of language pairs: the run's languages
+        (
+            ["--dataset=builtin"],
+            {**own, "dataset": "builtin", "data_dir": None, "src_lang": "en", "tgt_lang": "de"},
+        ),
+        (["--dataset=wmt14"], {**own, "dataset": "wmt14", "data_dir": None}),
+    ):
+        values = corpus_flags(argv)
+        corpus_of_run(en_fr, values)
+        assert {k: v for k, v in corpus(values).items() if k in own} == expected, argv
+    values = corpus_flags([], dataset_flag=False)  # benchmark.py: Multi30k, no --dataset
+    corpus_of_run(en_fr, values)
+    assert corpus(values) == {"data_dir": "m30k", "src_lang": "en", "tgt_lang": "fr"}
+    for argv in (["--tgt_lang=de"], ["--dataset=wmt14", "--tgt_lang=de"]):
+        with pytest.raises(app.UsageError) as refused:
+            corpus_of_run(en_fr, corpus_flags(argv))
+        assert str(refused.value) == (
+            f"--tgt_lang=de, but {en_fr} translates en→fr (its config.json): leave --tgt_lang out "
+            "to score it on fr."
+        )
+    with pytest.raises(app.UsageError, match="--src_lang=de, but"):
+        corpus_of_run(en_fr, corpus_flags(["--src_lang=de"], dataset_flag=False))
+
+    values = corpus_flags(["--tgt_lang=de"])
+    corpus_of_run(None, values)  # a SavedModel: the flags as given
+    assert corpus(values)["dataset"] == "builtin" and corpus(values)["tgt_lang"] == "de"
+    # The languages of a corpus that has none are no reason to refuse.
+    builtin = run_of(tmp_path / "builtin")
+    values = corpus_flags(["--tgt_lang=fr", "--dataset=multi30k"])
+    corpus_of_run(builtin, values)
+    assert corpus(values)["tgt_lang"] == "fr" and corpus(values)["data_dir"] is None
+
+    files = {"val": ["wsj_01*.mrg"], "test": ["wsj_02*.mrg"]}
+    ptb = run_of(tmp_path / "ptb", dataset="ptb", data_dir="trees", files=files)
+    values = corpus_flags(["--ptb_test_files=wsj_03*.mrg"])
+    corpus_of_run(ptb, values)
+    assert corpus(values) == {
+        "dataset": "ptb",
+        "data_dir": "trees",
+        "src_lang": "en",
+        "tgt_lang": "de",
+        "ptb_val_files": ["wsj_01*.mrg"],
+        "ptb_test_files": ["wsj_03*.mrg"],
+    }

@@ -5,7 +5,7 @@ import shutil
 import matplotlib.image
 import pytest
 
-from tests.scripts import run_script
+from tests.scripts import run_script, run_sequence
 
 
 def test_translate_reads_stdin_and_plots_attention(trained_run, tmp_path):
@@ -54,6 +54,48 @@ def test_evaluate_prints_bleu_with_signature(trained_run, tmp_path):
     assert "BLEU = " in stdout and "chrF2 = " in stdout and "exact match: " in stdout
     assert "beam_size=2" in stdout and "length_penalty=0.6" in stdout
     assert len(output.read_text(encoding="utf-8").splitlines()) == 6
+
+
+def test_evaluate_scores_a_run_on_its_own_language_pair(trained_run, tmp_path, multi30k_dir):
+    """A run whose config.json says EN→FR on Multi30k is scored on French references with no
+    corpus flag given (the defaults are builtin and EN→DE), and `--tgt_lang=de` is refused."""
+    import json
+
+    from sacrebleu.metrics import BLEU
+
+    from keras_transformer.data.sources import load_pairs
+
+    run = tmp_path / "en_fr"
+    shutil.copytree(trained_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["data"].update(dataset="multi30k", tgt_lang="fr", data_dir=str(multi30k_dir))
+    (run / "config.json").write_text(json.dumps(config))
+    common = [f"--model_dir={run}", "--max_sentences=4", "--method=greedy", "--noprogress"]
+    result = run_sequence(
+        [
+            ["evaluate.py", [*common, "--split=test"]],
+            ["evaluate.py", [*common, "--tgt_lang=de"], {"status": 2}],
+        ]
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "multi30k/test en→fr: 4 sentences translated" in result.stdout
+    # Scored against the French references: their length as sacreBLEU counts it (ref_len).
+    ref_len = {
+        language: BLEU(tokenize="13a")
+        .corpus_score(
+            ["-"] * 4,
+            [[t for _, t in load_pairs("multi30k", "test", "en", language, multi30k_dir)[:4]]],
+        )
+        .ref_len
+        for language in ("fr", "de")
+    }
+    assert ref_len["fr"] != ref_len["de"]
+    assert f"ref_len = {ref_len['fr']})" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: --tgt_lang=de, but {run} translates en→fr (its config.json): leave --tgt_lang "
+        "out to score it on fr. (see --help)"
+    ]
 
 
 def test_benchmark_decode_smoke(trained_run):

@@ -4,6 +4,8 @@ from keras_transformer.data.builtin_task import builtin_task
 from keras_transformer.data.corpus import load_multi30k, load_wmt14, read_parallel
 
 DATASETS = ("builtin", "multi30k", "wmt14", "files", "ptb")
+# The corpora whose language pair `src_lang`/`tgt_lang` pick (the others ignore them).
+LANGUAGE_PAIR_DATASETS = ("multi30k", "wmt14")
 SPLITS = ("train", "val", "test")
 
 

@@ -38,6 +38,7 @@ import keras_transformer  # noqa: F401  first: it imports TensorFlow quietly, as
 import tensorflow as tf
 
 from keras_transformer import cli, fs
+from keras_transformer.decoding.translator import load_export
 from keras_transformer.export import (
     DEFAULT_WARMUP_SENTENCES,
     TranslationModule,
@@ -184,7 +185,7 @@ def main(argv):
         )
     print(f"TF Serving model config: {result.model_config}")
 
-    loaded = tf.saved_model.load(str(result.path))
+    loaded = load_export(result.path)
     sample = _sample()
     outputs = loaded.signatures["serving_default"](text=tf.constant([sample]))
     translation = outputs["translation"].numpy()[0].decode("utf-8")

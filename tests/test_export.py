@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from keras_transformer.data.builtin_task import builtin_task
 from keras_transformer.data.sources import load_pairs
-from keras_transformer.decoding import make_search_fn
+from keras_transformer.decoding import SavedModelTranslator, make_search_fn
 from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.text import decode_text, encode_source, translate
 from keras_transformer.export import (
@@ -110,6 +110,9 @@ def exported(trained_run, tmp_path_factory):
         "... Loading the copy and replaying the 6 warmup requests through it",
         "... Checking the ops against the model server's",
     ], result.stderr[-3000:]
+    # Its two loads of the export (the check, the sample) print no warning per function that
+    # the export's custom gradients were not saved (`decoding.translator.load_export`).
+    assert "unsaved custom gradients" not in result.stderr, result.stderr[-3000:]
     return result.stdout, export_dir / NAME / "1"
 
 
@@ -154,6 +157,28 @@ def test_export_script_prints_path_signatures_and_a_loaded_sample(exported):
         "beam_size=4, length_penalty=0.6, max_output_offset=50, max_output_length=98, max_source_length=48"
         in stdout
     )
+
+
+def test_loading_an_export_drops_only_the_warning_about_its_unsaved_gradients(exported, caplog):
+    """TensorFlow warns, for each function of an export, that its custom gradients were not
+    saved, which the export leaves out on purpose; `load_export` drops that warning, and only
+    while it loads."""
+    import logging
+
+    from keras_transformer.decoding.translator import load_export
+
+    version_dir = str(exported[1])
+
+    def unsaved_gradient_warnings(load):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="absl"):
+            load(version_dir)
+        return [r for r in caplog.records if "unsaved custom gradients" in r.getMessage()]
+
+    assert len(unsaved_gradient_warnings(tf.saved_model.load)) >= 5  # one per signature at least
+    assert unsaved_gradient_warnings(load_export) == []
+    assert unsaved_gradient_warnings(SavedModelTranslator) == []
+    assert unsaved_gradient_warnings(tf.saved_model.load)  # the filter left with the load
 
 
 def test_export_takes_search_settings_from_the_run_unless_a_flag_overrides_them(

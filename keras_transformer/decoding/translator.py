@@ -8,6 +8,7 @@ translations in the input order. A `Translator` traces its search function once
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.decoding.searcher import best_hypotheses, make_search_fn
@@ -244,6 +245,22 @@ class Translator:
         )
 
 
+def _not_the_unsaved_gradients_warning(record):
+    return "with ops with unsaved custom gradients" not in record.getMessage()
+
+
+def load_export(export_dir):
+    """`tf.saved_model.load` of one of the toolkit's exports, without TensorFlow's warning for
+    each of its functions that its custom gradients were not saved ("Will likely fail if a
+    gradient is requested"): an export leaves them out on purpose (`export.serving`: inference
+    only), and nothing that decodes asks for a gradient. Other warnings pass."""
+    logging.get_absl_logger().addFilter(_not_the_unsaved_gradients_warning)
+    try:
+        return tf.saved_model.load(str(export_dir))
+    finally:
+        logging.get_absl_logger().removeFilter(_not_the_unsaved_gradients_warning)
+
+
 class SavedModelTranslator:
     """Translates sentences with an exported text-in/text-out SavedModel.
 
@@ -270,7 +287,7 @@ class SavedModelTranslator:
     def __init__(self, export_dir, batch_size=64, signature="serving_default"):
         self.export_dir = str(resolve_saved_model(export_dir))
         self.batch_size = batch_size
-        self.loaded = tf.saved_model.load(self.export_dir)
+        self.loaded = load_export(self.export_dir)
         if signature not in self.loaded.signatures:
             raise ValueError(
                 f"{self.export_dir} has no signature {signature!r}. "

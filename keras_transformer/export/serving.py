@@ -37,6 +37,7 @@ from absl import logging
 
 from keras_transformer import fs
 from keras_transformer.data.marian import MarianTokenizer
+from keras_transformer.decoding.translator import load_export
 from keras_transformer.export import ops_check as ops_check_lib
 from keras_transformer.export import warmup as warmup_lib
 from keras_transformer.export.model_config import MODEL_CONFIG_FILE, write_model_config
@@ -233,7 +234,7 @@ def _save(translator, directory, name, warmup_sentences, verify, check_ops, prog
     _write_export_info(directory, translator, name)
     if verify:
         progress(f"Loading the copy and replaying the {len(logs)} warmup requests through it")
-        loaded = tf.saved_model.load(str(directory))
+        loaded = load_export(directory)
         warmup_lib.replay_warmup_requests(loaded, warmup_lib.read_warmup_requests(directory))
         del loaded
     if not check_ops:

@@ -96,7 +96,8 @@ def corpus_of_run(model_dir, flag_values=flags.FLAGS):
     A script that scores a run's translations calls this before it reads a corpus: an EN→FR
     run scored against the German references of the default `--tgt_lang=de` would print a
     BLEU near 0 as a result. `--dataset` given as another corpus keeps its own `--data_dir`;
-    a language given that is not the run's is refused. Does nothing without `model_dir`.
+    a language given that is not the run's is refused. Does nothing without `model_dir`, or
+    for a run that records no corpus (an imported model).
 
     Raises:
         app.UsageError: `--src_lang` or `--tgt_lang` given, on a corpus of language pairs,
@@ -106,7 +107,9 @@ def corpus_of_run(model_dir, flag_values=flags.FLAGS):
         return
     from keras_transformer.runs import read_run_config
 
-    data = read_run_config(model_dir)[1]["data"]
+    data = read_run_config(model_dir)[1].get("data")
+    if data is None:  # a model imported, not trained here (`pretrained.import_marian`)
+        return
 
     def given(name):
         return name in flag_values and flag_values[name].present

@@ -269,6 +269,8 @@ def test_a_run_is_scored_on_its_own_corpus_and_language_pair_unless_told_otherwi
     from absl import app
 
     from keras_transformer.cli import corpus_of_run
+    from keras_transformer.models.config import get_preset
+    from keras_transformer.runs import write_run_config
 
     en_fr = run_of(
         tmp_path / "en_fr", dataset="multi30k", src_lang="en", tgt_lang="fr", data_dir="m30k"
@@ -304,6 +306,11 @@ def test_a_run_is_scored_on_its_own_corpus_and_language_pair_unless_told_otherwi
     values = corpus_flags(["--tgt_lang=de"])
     corpus_of_run(None, values)  # a SavedModel: the flags as given
     assert corpus(values)["dataset"] == "builtin" and corpus(values)["tgt_lang"] == "de"
+    imported = tmp_path / "imported"  # an imported model's run records no corpus
+    write_run_config(imported, {"model": get_preset("tiny").to_dict(), "pretrained": {}})
+    values = corpus_flags(["--dataset=multi30k"])
+    corpus_of_run(str(imported), values)
+    assert corpus(values)["tgt_lang"] == "de" and corpus(values)["data_dir"] is None
     # The languages of a corpus that has none are no reason to refuse.
     builtin = run_of(tmp_path / "builtin")
     values = corpus_flags(["--tgt_lang=fr", "--dataset=multi30k"])

@@ -116,6 +116,7 @@ def corpus_of_run(model_dir, flag_values=flags.FLAGS):
 
     if "dataset" in flag_values and not given("dataset"):
         flag_values.dataset = data["dataset"]
+    # A script without --dataset (benchmark.py) reads Multi30k.
     dataset = flag_values.dataset if "dataset" in flag_values else "multi30k"
     if dataset in LANGUAGE_PAIR_DATASETS and data["dataset"] in LANGUAGE_PAIR_DATASETS:
         pair = f"{data['src_lang']}→{data['tgt_lang']}"

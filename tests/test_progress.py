@@ -19,11 +19,12 @@ LINE = "loss 1.2346 lr 0.00116 8387 tok/s skipped 0 ETA 0:01:23"
 
 def test_on_a_terminal_the_line_is_rewritten_in_place_and_ended_once():
     stream = Terminal()
-    with ProgressMeter(600, True, 0, stream) as meter:
+    meter = ProgressMeter(600, True, 0, stream)
+    with meter.line:
         meter.report(200, **FIGURES)
         meter.report(400, **{**FIGURES, "rate": 8.0})  # a shorter line covers the longer one
-        meter.end_line()  # before a validation's log line
-        meter.end_line()  # nothing open: nothing written
+        meter.line.end()  # before a validation's log line
+        meter.line.end()  # nothing open: nothing written
         meter.report(600, **FIGURES)  # the last step ends its line
         meter.report(600, **FIGURES)
     short = LINE.replace("8387 tok/s", "8 tok/s")
@@ -37,7 +38,8 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_and_ended_once():
 
 def test_a_line_left_open_is_ended_on_the_way_out():
     stream = Terminal()
-    with pytest.raises(RuntimeError), ProgressMeter(600, True, 300, stream) as meter:
+    meter = ProgressMeter(600, True, 300, stream)
+    with pytest.raises(RuntimeError), meter.line:
         meter.report(450, **FIGURES)
         raise RuntimeError("diverged")
     assert stream.getvalue() == f"\rstep 450/600 [{'=' * 22}{'.' * 8}] {LINE}\n"
@@ -45,9 +47,9 @@ def test_a_line_left_open_is_ended_on_the_way_out():
 
 def test_elsewhere_each_report_is_a_line():
     stream = io.StringIO()
-    with ProgressMeter(600, True, 0, stream) as meter:
-        meter.report(200, **FIGURES)
-        meter.report(400, **FIGURES)
+    meter = ProgressMeter(600, True, 0, stream)
+    meter.report(200, **FIGURES)
+    meter.report(400, **FIGURES)
     assert stream.getvalue() == (
         f"step 200/600 [{'=' * 10}{'.' * 20}] {LINE}\nstep 400/600 [{'=' * 20}{'.' * 10}] {LINE}\n"
     )

@@ -50,9 +50,9 @@ class ProgressMeter:
     and the line that shows them.
 
     `report` writes `step N/M loss … lr … <rate> tok/s skipped … ETA h:mm:ss`: with `progress`,
-    behind a bar of the steps done on a `StatusLine` of `stream`; without, as an absl INFO
-    line. Used as a context manager, it ends a line left open on the way out; `end_line` ends
-    it before other output (a validation's log line).
+    behind a bar of the steps done on `line`, a `StatusLine` of `stream` (its user ends it
+    before other output, a validation's log line, and on the way out); without, as an absl
+    INFO line.
     """
 
     BAR_WIDTH = 30
@@ -97,16 +97,6 @@ class ProgressMeter:
         self.line.show(
             f"step {step}/{self.train_steps} [{bar}] {figures}", last=step >= self.train_steps
         )
-
-    def end_line(self):
-        self.line.end()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.end_line()
-        return False
 
 
 class TerminationSignal:

@@ -334,7 +334,7 @@ class Trainer:
         train_logs = {}  # the latest log window's values, for the callbacks' epoch logs
         validated_at = None
         watcher = contextlib.nullcontext(termination) if termination else TerminationSignal()
-        with watcher as signal, meter:
+        with watcher as signal, meter.line:
             while self.step < last_step and not ("stopped" in results or self.model.stop_training):
                 step = self.step
                 # One call never crosses a point where the host logs, saves or validates.
@@ -353,7 +353,7 @@ class Trainer:
                 step = self.step
                 meter.add(float(call["loss_sum"]), float(call["tokens"]))
                 if call["skipped"]:
-                    meter.end_line()
+                    meter.line.end()
                     self._report_skips(call, step)
                 if call["diverged"]:
                     self._diverged(call, step + 1)
@@ -370,7 +370,7 @@ class Trainer:
                     )
                     callbacks.on_train_batch_end(step, dict(train_logs))
                 if call["stop"]:
-                    meter.end_line()
+                    meter.line.end()
                     path = self.save()
                     message = f"Stopped by SIGTERM at step {step}; saved checkpoint {path}. Run the same command to resume."
                     logging.warning(message)
@@ -389,7 +389,7 @@ class Trainer:
                     and step % options.eval_every == 0
                 )
                 if validated or scored:
-                    meter.end_line()
+                    meter.line.end()
                 if validated or (scored and validation_dataset is not None):
                     results.update(
                         self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step)

@@ -7,9 +7,10 @@ r"""Evaluate a trained run or an exported SavedModel on a corpus split with sacr
     python experiments/evaluate.py --saved_model=saved_models/transformer --split=test   # highest version
 
 Prints BLEU and chrF with their sacreBLEU signatures (and the exact-match rate), and while
-it decodes, the sentences done so far on stderr (--noprogress: none). A run is scored on
-its own corpus and language pair (its config.json) unless --dataset, --data_dir, --src_lang
-or --tgt_lang say otherwise; a language other than the run's is refused. Search
+it decodes, the sentences done so far on stderr (--noprogress: none). A run, or an export
+of one, is scored on its own corpus and language pair (the run's config.json, the export's
+export_info.json) unless --dataset, --data_dir, --src_lang or --tgt_lang say otherwise; a
+language other than the model's is refused. Search
 settings not given come from the run's config (paper: beam 4, length penalty 0.6, input
 length + 50); a SavedModel decodes with the settings fixed at export. --tokenize defaults
 to 13a, except "char" for the built-in task (one German word per sentence: word BLEU
@@ -78,7 +79,10 @@ def main(argv):
             f"A SavedModel decodes with the settings fixed at export; drop {', '.join(given)}."
         )
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
-    cli.corpus_of_run(FLAGS.model_dir)
+    if FLAGS.model_dir:
+        cli.corpus_of_run(FLAGS.model_dir)
+    else:
+        cli.corpus_of_export(FLAGS.saved_model)
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
     if FLAGS.dataset == "ptb":
         return evaluate_parsing(options, cli.ptb_files())

@@ -169,6 +169,7 @@ def main(argv):
         version=FLAGS.version,
         warmup_sentences=FLAGS.warmup_sentences,
         check_ops=FLAGS.check_ops,
+        data=read_run_config(FLAGS.model_dir)[1].get("data"),  # evaluate.py scores it on it
         progress=cli.step,
     )
     print(

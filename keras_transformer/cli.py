@@ -108,6 +108,31 @@ def corpus_of_run(model_dir, flag_values=flags.FLAGS):
     from keras_transformer.runs import read_run_config
 
     data = read_run_config(model_dir)[1].get("data")
+    _take_corpus(data, f"{model_dir} translates {{pair}} (its config.json)", flag_values)
+
+
+def corpus_of_export(saved_model, flag_values=flags.FLAGS):
+    """`corpus_of_run` for an exported SavedModel (a version directory, or a model root: its
+    highest complete version): the corpus its `export_info.json` records, that of the run it
+    was exported from (`export_saved_model(data=...)`). An export that records none (an
+    imported model's, or one exported before exports recorded it) keeps the flags as given.
+
+    Raises:
+        app.UsageError: as `corpus_of_run`.
+        FileNotFoundError: `saved_model` is no SavedModel (`model_root.resolve_saved_model`).
+    """
+    from keras_transformer.export.serving import EXPORT_INFO_FILE, read_export_info
+    from keras_transformer.model_root import resolve_saved_model
+
+    path = resolve_saved_model(saved_model)
+    data = read_export_info(path).get("data")
+    _take_corpus(data, f"{path} translates {{pair}} (its {EXPORT_INFO_FILE})", flag_values)
+
+
+def _take_corpus(data, translates, flag_values):
+    """Set the corpus flags not given to `data` (a run's config.json data section, or None:
+    nothing to take); `translates`, naming the model and its file with a `{pair}` field, is
+    what the refusal of another language says."""
     if data is None:  # a model imported, not trained here (`pretrained.import_marian`)
         return
 
@@ -123,8 +148,8 @@ def corpus_of_run(model_dir, flag_values=flags.FLAGS):
         for name in ("src_lang", "tgt_lang"):
             if given(name) and flag_values[name].value != data[name]:
                 raise app.UsageError(
-                    f"--{name}={flag_values[name].value}, but {model_dir} translates {pair} "
-                    f"(its config.json): leave --{name} out to score it on {data[name]}."
+                    f"--{name}={flag_values[name].value}, but {translates.format(pair=pair)}: "
+                    f"leave --{name} out to score it on {data[name]}."
                 )
             flag_values[name].value = data[name]
     if dataset != data["dataset"]:

@@ -329,3 +329,66 @@ def test_a_run_is_scored_on_its_own_corpus_and_language_pair_unless_told_otherwi
         "ptb_val_files": ["wsj_01*.mrg"],
         "ptb_test_files": ["wsj_03*.mrg"],
     }
+
+
+def export_of(model_root, version, info):
+    """The files `model_root.resolve_saved_model` looks for in `<model_root>/<version>`, and
+    `assets.extra/export_info.json` holding `info` (None: no such file)."""
+    import json
+
+    directory = model_root / str(version)
+    (directory / "variables").mkdir(parents=True)
+    for name in ("saved_model.pb", "variables/variables.index"):
+        (directory / name).write_bytes(b"")
+    (directory / "variables" / "variables.data-00000-of-00001").write_bytes(b"")
+    if info is not None:
+        (directory / "assets.extra").mkdir()
+        (directory / "assets.extra" / "export_info.json").write_text(json.dumps(info))
+    return directory
+
+
+def test_an_export_is_scored_on_the_corpus_of_its_run_unless_told_otherwise(tmp_path):
+    import dataclasses
+
+    from absl import app
+
+    from keras_transformer.cli import corpus_of_export
+    from keras_transformer.training import DataOptions
+
+    data = dataclasses.asdict(
+        DataOptions(dataset="multi30k", src_lang="en", tgt_lang="fr", data_dir="m30k")
+    )
+    root = tmp_path / "en_fr"
+    export_of(root, 1, {"name": "en_fr"})  # an older export: no corpus recorded
+    newest = export_of(root, 2, {"name": "en_fr", "data": data})
+    values = corpus_flags([])
+    corpus_of_export(str(root), values)  # a model root: its highest version's corpus
+    assert corpus(values) == {
+        "dataset": "multi30k",
+        "data_dir": "m30k",
+        "src_lang": "en",
+        "tgt_lang": "fr",
+        "ptb_val_files": None,
+        "ptb_test_files": None,
+    }
+    with pytest.raises(app.UsageError) as refused:
+        corpus_of_export(str(root), corpus_flags(["--tgt_lang=de"]))
+    assert str(refused.value) == (
+        f"--tgt_lang=de, but {newest} translates en→fr (its export_info.json): leave --tgt_lang "
+        "out to score it on fr."
+    )
+    for version in (1, 3):  # no corpus recorded; no export_info.json: the flags as given
+        if version == 3:
+            export_of(root, 3, None)
+        values = corpus_flags(["--tgt_lang=de"])
+        corpus_of_export(str(root / str(version)), values)
+        assert corpus(values)["dataset"] == "builtin" and corpus(values)["tgt_lang"] == "de"
+    with pytest.raises(FileNotFoundError, match="is not a SavedModel"):
+        corpus_of_export(str(tmp_path), corpus_flags([]))
+    broken = export_of(root, 4, None)
+    (broken / "assets.extra").mkdir()
+    (broken / "assets.extra" / "export_info.json").write_text('{"data": ')
+    with pytest.raises(
+        ValueError, match=f"^{broken}/assets.extra/export_info.json is not valid JSON"
+    ):
+        corpus_of_export(str(broken), corpus_flags([]))

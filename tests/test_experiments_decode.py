@@ -56,21 +56,16 @@ def test_evaluate_prints_bleu_with_signature(trained_run, tmp_path):
     assert len(output.read_text(encoding="utf-8").splitlines()) == 6
 
 
-def test_evaluate_scores_a_run_on_its_own_language_pair(trained_run, tmp_path, multi30k_dir):
-    """A run whose config.json says EN→FR on Multi30k is scored on French references with no
-    corpus flag given (the defaults are builtin and EN→DE), and `--tgt_lang=de` is refused."""
-    import json
-
+def assert_scored_on_french_and_german_refused(model_flag, multi30k_dir, refusal):
+    """Run evaluate.py with `model_flag` (`--model_dir=...` or `--saved_model=...`, a model whose
+    corpus says EN→FR on Multi30k) and no corpus flag (the defaults are builtin and EN→DE), then
+    with `--tgt_lang=de`, in one process: the first is scored on the French references, the
+    second is refused in one line, `error: --tgt_lang=de, but {refusal}: ...`."""
     from sacrebleu.metrics import BLEU
 
     from keras_transformer.data.sources import load_pairs
 
-    run = tmp_path / "en_fr"
-    shutil.copytree(trained_run, run)
-    config = json.loads((run / "config.json").read_text())
-    config["data"].update(dataset="multi30k", tgt_lang="fr", data_dir=str(multi30k_dir))
-    (run / "config.json").write_text(json.dumps(config))
-    common = [f"--model_dir={run}", "--max_sentences=4", "--method=greedy", "--noprogress"]
+    common = [model_flag, "--max_sentences=4", "--noprogress"]
     result = run_sequence(
         [
             ["evaluate.py", [*common, "--split=test"]],
@@ -93,9 +88,23 @@ def test_evaluate_scores_a_run_on_its_own_language_pair(trained_run, tmp_path, m
     assert f"ref_len = {ref_len['fr']})" in result.stdout
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
-        f"error: --tgt_lang=de, but {run} translates en→fr (its config.json): leave --tgt_lang "
-        "out to score it on fr. (see --help)"
+        f"error: --tgt_lang=de, but {refusal}: leave --tgt_lang out to score it on fr. (see --help)"
     ]
+
+
+def test_evaluate_scores_a_run_on_its_own_language_pair(trained_run, tmp_path, multi30k_dir):
+    """A run whose config.json says EN→FR on Multi30k is scored on French references with no
+    corpus flag given, and `--tgt_lang=de` is refused."""
+    import json
+
+    run = tmp_path / "en_fr"
+    shutil.copytree(trained_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["data"].update(dataset="multi30k", tgt_lang="fr", data_dir=str(multi30k_dir))
+    (run / "config.json").write_text(json.dumps(config))
+    assert_scored_on_french_and_german_refused(
+        f"--model_dir={run}", multi30k_dir, f"{run} translates en→fr (its config.json)"
+    )
 
 
 def test_benchmark_decode_smoke(trained_run):

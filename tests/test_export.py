@@ -257,6 +257,30 @@ def test_version_layout_asset_warmup_and_model_config(exported, trained_run):
     assert info["settings"]["max_output_length"] == 98 and info["vocabulary_size"] == 128
 
 
+def test_evaluate_scores_an_export_on_the_corpus_of_its_run(
+    exported, trained_run, tmp_path, multi30k_dir
+):
+    """export.py records the run's corpus in export_info.json; evaluate.py --saved_model scores
+    an export whose run translated EN→FR on Multi30k on the French references with no corpus
+    flag given (the defaults are builtin and EN→DE), and refuses `--tgt_lang=de`."""
+    from keras_transformer.runs import read_run_config
+    from tests.test_experiments_decode import assert_scored_on_french_and_german_refused
+
+    _, version_dir = exported
+    info_file = Path("assets.extra") / "export_info.json"
+    info = json.loads((version_dir / info_file).read_text())
+    assert info["data"] == read_run_config(trained_run)[1]["data"]
+    copy = tmp_path / NAME / "1"
+    shutil.copytree(version_dir, copy)
+    info["data"].update(dataset="multi30k", tgt_lang="fr", data_dir=str(multi30k_dir))
+    (copy / info_file).write_text(json.dumps(info))
+    assert_scored_on_french_and_german_refused(  # a model root: its version 1
+        f"--saved_model={copy.parent}",
+        multi30k_dir,
+        f"{copy} translates en→fr (its export_info.json)",
+    )
+
+
 def test_saved_model_cli_lists_the_signatures(exported):
     _, version_dir = exported
     cli = Path(sys.executable).parent / "saved_model_cli"

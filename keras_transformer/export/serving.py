@@ -191,7 +191,7 @@ def tokenizer_assets(tokenizer):
     return {TOKENIZER_ASSET: tokenizer.model_proto}
 
 
-def _write_export_info(saved_model_dir, translator, name):
+def _write_export_info(saved_model_dir, translator, name, data):
     info = {
         "name": name,
         "signatures": {key: method for key, method in SIGNATURES.items()},
@@ -204,19 +204,40 @@ def _write_export_info(saved_model_dir, translator, name):
         info["tokenizer_asset"] = assets[0]
     else:
         info["tokenizer_assets"] = assets
+    if data is not None:
+        info["data"] = data
     fs.write_text(
         fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE),
         json.dumps(info, indent=2, sort_keys=True) + "\n",
     )
 
 
-def _save(translator, directory, name, warmup_sentences, verify, check_ops, progress):
+def read_export_info(saved_model_dir):
+    """The `assets.extra/export_info.json` of a SavedModel directory as a dict; `{}` for a
+    SavedModel exported without one (not by `export_saved_model`).
+
+    Raises:
+        ValueError: the file is not a JSON object (naming it).
+    """
+    path = fs.join(saved_model_dir, warmup_lib.ASSETS_EXTRA, EXPORT_INFO_FILE)
+    if not fs.exists(path):
+        return {}
+    try:
+        info = json.loads(fs.read_text(path))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return info
+
+
+def _save(translator, directory, name, warmup_sentences, verify, check_ops, data, progress):
     """Write and check a complete version in `directory` (a fresh temporary directory)."""
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer_files = []
-        for file_name, data in tokenizer_assets(translator.tokenizer).items():
+        for file_name, contents in tokenizer_assets(translator.tokenizer).items():
             tokenizer_files.append(Path(scratch) / file_name)
-            tokenizer_files[-1].write_bytes(data)
+            tokenizer_files[-1].write_bytes(contents)
         module = ServingModule(translator, tokenizer_files)
         progress(f"Tracing the {len(SIGNATURES)} signatures and saving the SavedModel")
         with fs.os_errors(directory):
@@ -231,7 +252,7 @@ def _save(translator, directory, name, warmup_sentences, verify, check_ops, prog
     progress("Writing the warmup requests")
     logs = warmup_lib.warmup_requests(translator, name, warmup_sentences)
     warmup_lib.write_warmup_requests(directory, logs)
-    _write_export_info(directory, translator, name)
+    _write_export_info(directory, translator, name, data)
     if verify:
         progress(f"Loading the copy and replaying the {len(logs)} warmup requests through it")
         loaded = load_export(directory)
@@ -301,6 +322,7 @@ def export_saved_model(
     verify=True,
     check_ops=True,
     model_config_base_path=None,
+    data=None,
     progress=None,
 ):
     """Export `translator` as `<export_dir>/<name>/<version>/`, atomically.
@@ -332,6 +354,10 @@ def export_saved_model(
         model_config_base_path: `base_path` written to `<export_dir>/<name>/models.config`
             (default `/models/<name>`, where docs/serving.md mounts the directory);
             an existing file is kept.
+        data: the corpus the model was trained on, a run's `config.json` data section
+            (`read_run_config(model_dir)[1]["data"]`), written to `export_info.json` so that
+            `experiments/evaluate.py --saved_model` scores the export on its own corpus and
+            language pair (`cli.corpus_of_export`). None: not recorded.
         progress: called with a line naming each step as it starts (e.g. `print`).
 
     Returns:
@@ -363,6 +389,7 @@ def export_saved_model(
                 warmup_sentences,
                 verify,
                 check_ops,
+                data,
                 progress or (lambda line: None),
             )
         except OSError as error:

@@ -164,6 +164,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def absl_verbosity():
+    """Sets absl's verbosity for a test (`set(level)`), and restores it after."""
+    from absl import logging as absl_logging
+
+    before = absl_logging.get_verbosity()
+    yield absl_logging.set_verbosity
+    absl_logging.set_verbosity(before)
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir():
     """The shared Multi30k corpus directory (`train.en.gz`, `val.de.gz`, ...); the one way tests reach it.

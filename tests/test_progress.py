@@ -61,3 +61,31 @@ def test_without_progress_the_figures_are_an_absl_info_line(caplog):
         ProgressMeter(600, False, 0, stream).report(200, **FIGURES)
     assert stream.getvalue() == ""
     assert [record.getMessage() for record in caplog.records] == [f"step 200/600 {LINE}"]
+
+
+def test_a_result_is_shown_below_the_progress_where_absl_info_is_hidden(absl_verbosity, caplog):
+    """A notebook (absl at WARNING): the validation line follows the progress line on the
+    stream, which it ends; where absl's INFO lines show (a script), it is in the log only."""
+    from absl import logging as absl_logging
+
+    absl_verbosity(absl_logging.WARNING)
+    stream = Terminal()
+    meter = ProgressMeter(600, True, 0, stream)
+    meter.report(200, **FIGURES)
+    meter.note("step %d validation loss %.4f perplexity %.2f", 200, 1.5, 4.48)
+    assert stream.getvalue() == (
+        f"\rstep 200/600 [{'=' * 10}{'.' * 20}] {LINE}\n"
+        "\rstep 200 validation loss 1.5000 perplexity 4.48\n"
+    )
+    elsewhere = io.StringIO()
+    ProgressMeter(600, True, 0, elsewhere).note("step %d BLEU %.2f", 200, 31.0)
+    assert elsewhere.getvalue() == "step 200 BLEU 31.00\n"
+
+    for progress, verbosity in ((True, absl_logging.INFO), (False, absl_logging.WARNING)):
+        absl_verbosity(verbosity)
+        stream = Terminal()
+        with caplog.at_level(logging.INFO, logger="absl"):
+            caplog.clear()
+            ProgressMeter(600, progress, 0, stream).note("step %d BLEU %.2f", 200, 31.0)
+        assert stream.getvalue() == ""
+        assert [record.getMessage() for record in caplog.records] == ["step 200 BLEU 31.00"]

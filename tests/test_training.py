@@ -326,11 +326,15 @@ def test_interrupted_run_with_dropout_equals_uninterrupted_run(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_several_updates_per_call_equal_one_per_call(tmp_path, capsys):
+def test_several_updates_per_call_equal_one_per_call(tmp_path, capsys, absl_verbosity):
     """steps_per_execution=4 makes the same updates, with dropout, as one update per call.
 
-    The second run shows its progress: a line per log step on stderr (not a terminal here),
-    nothing on stdout."""
+    The second run shows its progress as a notebook shows it (absl's INFO lines hidden): a
+    line per log step on stderr (not a terminal here), each validation's line after its
+    step's, nothing on stdout."""
+    from absl import logging as absl_logging
+
+    absl_verbosity(absl_logging.WARNING)
     config = micro_config(dropout=0.3, train_steps=7)
     batches = [fixed_batch(seed) for seed in range(5)]
     weights, logged = [], []
@@ -339,18 +343,29 @@ def test_several_updates_per_call_equal_one_per_call(tmp_path, capsys):
         options = TrainOptions(
             checkpoint_every=5,
             log_every=3,
+            eval_every=6,
             steps_per_execution=steps_per_execution,
             progress=steps_per_execution == 4,
         )
         trainer = Trainer(config, tmp_path / str(steps_per_execution), options)
         capsys.readouterr()
-        results = trainer.train(single_batch_fn(batches))
+        results = trainer.train(single_batch_fn(batches), validation_dataset=[fixed_batch(9)])
         assert results["step"] == 7 and trainer.skipped_steps == 0
         shown = capsys.readouterr()
         if options.progress:
             lines = shown.err.splitlines()
-            assert [line.split(" [")[0] for line in lines] == ["step 3/7", "step 6/7", "step 7/7"]
-            assert f"] loss {results['loss']:.4f} lr " in lines[-1] and shown.out == ""
+            assert [line.split(" [")[0].split(" loss")[0] for line in lines] == [
+                "step 3/7",
+                "step 6/7",
+                "step 6 validation",
+                "step 7/7",
+                "step 7 validation",
+            ]
+            assert f"] loss {results['loss']:.4f} lr " in lines[-2] and shown.out == ""
+            assert lines[-1] == (
+                f"step 7 validation loss {results['val_loss']:.4f} "
+                f"perplexity {results['val_perplexity']:.2f}"
+            )
         else:
             assert "step 3/7" not in shown.err + shown.out
         weights.append(trainer.model.get_weights())

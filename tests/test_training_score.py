@@ -129,7 +129,7 @@ class ScriptedScores:
 SCORES = {2: 10.0, 4: 20.0, 6: 15.0, 8: 20.5, 10: 30.0, 12: 1.0}
 
 
-def scored_trainer(run_dir, scorer, patience):
+def scored_trainer(run_dir, scorer, patience, progress=False):
     keras.utils.set_random_seed(0)
     options = TrainOptions(
         checkpoint_every=2,
@@ -139,15 +139,15 @@ def scored_trainer(run_dir, scorer, patience):
         score_every=2,
         patience=patience,
         min_delta=1.0,
-        progress=False,
+        progress=progress,
     )
     scorer.trainer = Trainer(micro_config(), run_dir, options)
     return scorer.trainer
 
 
-def train_scored(run_dir, patience, until_step):
+def train_scored(run_dir, patience, until_step, progress=False):
     scorer = ScriptedScores(SCORES)
-    trainer = scored_trainer(run_dir, scorer, patience)
+    trainer = scored_trainer(run_dir, scorer, patience, progress)
     batches = [clean_batch(seed) for seed in range(4)]
     return (
         trainer,
@@ -156,7 +156,11 @@ def train_scored(run_dir, patience, until_step):
     )
 
 
-def test_best_checkpoint_and_patience_count_scored_evaluations_across_resumes(tmp_path):
+def test_best_checkpoint_and_patience_count_scored_evaluations_across_resumes(
+    tmp_path, capsys, absl_verbosity
+):
+    from absl import logging as absl_logging
+
     run = tmp_path / "run"
     # Scores 10, 20 (best, step 4), 15: one evaluation without an improvement by min_delta=1.
     _, scorer, results = train_scored(run, patience=2, until_step=6)
@@ -198,8 +202,18 @@ def test_best_checkpoint_and_patience_count_scored_evaluations_across_resumes(tm
         and "Stopped early at step 8" in results["stopped"]
     )
     # A larger patience resumes: step 10 scores 30, the new best; 12 falls again (one evaluation).
-    _, scorer, results = train_scored(run, patience=3, until_step=12)
+    # Its progress shown as in a notebook (absl's INFO lines hidden): each score below its step.
+    absl_verbosity(absl_logging.WARNING)
+    capsys.readouterr()
+    _, scorer, results = train_scored(run, patience=3, until_step=12, progress=True)
     assert scorer.steps == [10, 12] and results["step"] == 12 and "stopped" not in results
+    shown = [line.split(" [")[0].split(" in ")[0] for line in capsys.readouterr().err.splitlines()]
+    assert shown == [
+        "step 10/12",
+        "step 10 bleu 30.00 chrf 60.00 (best 30.00 at step 10; 0 scored evaluations since)",
+        "step 12/12",
+        "step 12 bleu 1.00 chrf 2.00 (best 30.00 at step 10; 1 scored evaluations since)",
+    ]
     assert runs.read_best(run)["step"] == 10 and results["best"]["path"] == str(
         run / "best" / "ckpt-10"
     )

@@ -52,7 +52,8 @@ class ProgressMeter:
     `report` writes `step N/M loss … lr … <rate> tok/s skipped … ETA h:mm:ss`: with `progress`,
     behind a bar of the steps done on `line`, a `StatusLine` of `stream` (its user ends it
     before other output, a validation's log line, and on the way out); without, as an absl
-    INFO line.
+    INFO line. `note` writes a result of the run (a validation, a score) where the user
+    looks.
     """
 
     BAR_WIDTH = 30
@@ -97,6 +98,16 @@ class ProgressMeter:
         self.line.show(
             f"step {step}/{self.train_steps} [{bar}] {figures}", last=step >= self.train_steps
         )
+
+    def note(self, message, *args):
+        """A result of the run (`message % args`): an absl INFO line; with `progress`, where
+        absl's INFO lines are not shown (a notebook, a program that never set absl's
+        verbosity), also a line on the stream, below the progress line: who watches the
+        progress sees the validation loss and the scores too."""
+        logging.info(message, *args)
+        if self.progress and not logging.level_info():
+            self.line.end()
+            self.line.show(message % args, last=True)
 
 
 class TerminationSignal:

@@ -392,11 +392,13 @@ class Trainer:
                     meter.line.end()
                 if validated or (scored and validation_dataset is not None):
                     results.update(
-                        self._validate(validation_dataset, writers[runs.VALIDATION_LOG], step)
+                        self._validate(
+                            validation_dataset, writers[runs.VALIDATION_LOG], step, meter
+                        )
                     )
                     validated_at = step
                 if scored:
-                    results.update(self._score(scorer, writers[runs.VALIDATION_LOG], step))
+                    results.update(self._score(scorer, writers[runs.VALIDATION_LOG], step, meter))
                 if scored or (validated and not scoring):
                     epoch_logs = {**train_logs, **_evaluation_logs(results)}
                     callbacks.on_epoch_end(step, epoch_logs)
@@ -409,7 +411,7 @@ class Trainer:
             self.save()
         if validation_dataset is not None and validated_at != self.step:
             results.update(
-                self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step)
+                self._validate(validation_dataset, writers[runs.VALIDATION_LOG], self.step, meter)
             )
         for writer in writers.values():
             writer.flush()
@@ -447,7 +449,7 @@ class Trainer:
             f"{best['step']}, is {best['path']}. Run again with a larger --patience to continue."
         )
 
-    def _score(self, scorer, writer, step):
+    def _score(self, scorer, writer, step, meter):
         """Score the model (`scorer`), record it, keep the weights if they are the best, count patience.
 
         Every worker decodes the same sentences with the same weights; under
@@ -502,7 +504,7 @@ class Trainer:
                 },
             )
         figures = " ".join(f"{name} {figure:.2f}" for name, figure in values.items())
-        logging.info(
+        meter.note(
             "step %d %s (best %.2f at step %d; %d scored evaluations since) in %.1f s",
             step,
             figures,
@@ -572,13 +574,13 @@ class Trainer:
         }
         return logs
 
-    def _validate(self, dataset, writer, step):
+    def _validate(self, dataset, writer, step, meter):
         metrics = self.evaluate(dataset)
         if self.chief:
             with writer.as_default(step=step):
                 tf.summary.scalar("loss", metrics["val_loss"])
                 tf.summary.scalar("perplexity", metrics["val_perplexity"])
-        logging.info(
+        meter.note(
             "step %d validation loss %.4f perplexity %.2f",
             step,
             metrics["val_loss"],

@@ -81,8 +81,8 @@ def main(argv):
     options = cli.search_options(read_run_config(FLAGS.model_dir)[0]) if FLAGS.model_dir else None
     if FLAGS.model_dir:
         cli.corpus_of_run(FLAGS.model_dir)
-    else:
-        cli.corpus_of_export(FLAGS.saved_model)
+    else:  # the version scored is the one whose corpus is taken
+        saved_model = cli.corpus_of_export(FLAGS.saved_model)
     files = {FLAGS.split: (FLAGS.src_file, FLAGS.ref_file)} if FLAGS.dataset == "files" else None
     if FLAGS.dataset == "ptb":
         return evaluate_parsing(options, cli.ptb_files())
@@ -111,7 +111,7 @@ def main(argv):
         )
     else:
         result = evaluate_saved_model(
-            FLAGS.saved_model,
+            saved_model,
             pairs,
             batch_size=FLAGS.batch_size,
             lowercase=FLAGS.lowercase,

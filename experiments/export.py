@@ -133,7 +133,8 @@ def main(argv):
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("Pass --checkpoint or --average_last, not both.")
     export_dir = FLAGS.export_dir or DEFAULT_EXPORT_DIRS[FLAGS.format]
-    options = cli.search_options(read_run_config(FLAGS.model_dir)[0], method="beam")
+    config, run = read_run_config(FLAGS.model_dir)
+    options = cli.search_options(config, method="beam")
     if FLAGS.format == "ctranslate2":
         export_for_ctranslate2(export_dir, options)
         return
@@ -169,7 +170,7 @@ def main(argv):
         version=FLAGS.version,
         warmup_sentences=FLAGS.warmup_sentences,
         check_ops=FLAGS.check_ops,
-        data=read_run_config(FLAGS.model_dir)[1].get("data"),  # evaluate.py scores it on it
+        data=run.get("data"),  # evaluate.py --saved_model scores the export on it
         progress=cli.step,
     )
     print(

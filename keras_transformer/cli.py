@@ -117,6 +117,9 @@ def corpus_of_export(saved_model, flag_values=flags.FLAGS):
     was exported from (`export_saved_model(data=...)`). An export that records none (an
     imported model's, or one exported before exports recorded it) keeps the flags as given.
 
+    Returns:
+        the SavedModel directory `saved_model` names (the version whose corpus was taken).
+
     Raises:
         app.UsageError: as `corpus_of_run`.
         FileNotFoundError: `saved_model` is no SavedModel (`model_root.resolve_saved_model`).
@@ -127,13 +130,14 @@ def corpus_of_export(saved_model, flag_values=flags.FLAGS):
     path = resolve_saved_model(saved_model)
     data = read_export_info(path).get("data")
     _take_corpus(data, f"{path} translates {{pair}} (its {EXPORT_INFO_FILE})", flag_values)
+    return path
 
 
 def _take_corpus(data, translates, flag_values):
     """Set the corpus flags not given to `data` (a run's config.json data section, or None:
     nothing to take); `translates`, naming the model and its file with a `{pair}` field, is
     what the refusal of another language says."""
-    if data is None:  # a model imported, not trained here (`pretrained.import_marian`)
+    if data is None:  # an imported model (`pretrained.import_marian`), or an older export
         return
 
     def given(name):

@@ -362,7 +362,8 @@ def test_an_export_is_scored_on_the_corpus_of_its_run_unless_told_otherwise(tmp_
     export_of(root, 1, {"name": "en_fr"})  # an older export: no corpus recorded
     newest = export_of(root, 2, {"name": "en_fr", "data": data})
     values = corpus_flags([])
-    corpus_of_export(str(root), values)  # a model root: its highest version's corpus
+    # A model root: its highest version's corpus, and that version, the one to score.
+    assert corpus_of_export(str(root), values) == newest
     assert corpus(values) == {
         "dataset": "multi30k",
         "data_dir": "m30k",

@@ -84,9 +84,10 @@ def test_a_result_is_shown_below_the_progress_where_absl_info_is_hidden(absl_ver
     for progress, verbosity in ((True, absl_logging.INFO), (False, absl_logging.WARNING)):
         absl_verbosity(verbosity)
         stream = Terminal()
-        with caplog.at_level(logging.INFO, logger="absl"):
-            caplog.clear()
-            ProgressMeter(600, progress, 0, stream).note("step %d BLEU %.2f", 200, 31.0)
-        assert stream.getvalue() == ""
-        assert [record.getMessage() for record in caplog.records] == ["step 200 BLEU 31.00"]
-        assert caplog.records[0].pathname == __file__  # the log line names the caller's line
+        ProgressMeter(600, progress, 0, stream).note("step %d BLEU %.2f", 200, 31.0)
+        assert stream.getvalue() == "", (progress, verbosity)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="absl"):
+        ProgressMeter(600, True, 0, Terminal()).note("step %d BLEU %.2f", 200, 31.0)
+    assert [record.getMessage() for record in caplog.records] == ["step 200 BLEU 31.00"]
+    assert caplog.records[0].pathname == __file__  # the log line names the caller's line

@@ -104,14 +104,10 @@ class ProgressMeter:
         absl's INFO lines are not shown (a notebook, a program that never set absl's
         verbosity), also a line on the stream, below the progress line: who watches the
         progress sees the validation loss and the scores too."""
-        logging.info(message, *args)  # named by its caller's file and line (below)
+        logging.info(message, *args, stacklevel=2)  # named by the caller's file and line
         if self.progress and not logging.level_info():
             self.line.end()
             self.line.show(message % args, last=True)
-
-
-# absl names a log line by the frame that logs it: `note`'s lines by the trainer's call.
-logging.ABSLLogger.register_frame_to_skip(__file__, ProgressMeter.note.__name__)
 
 
 class TerminationSignal:

@@ -38,8 +38,9 @@ The rows, by the key that starts each printed name:
       (saved_model_vs_baseline) gives the ratio and how many outputs are the same;
   ctranslate2_float32, ctranslate2_int8, ... (the ctranslate2 rows), with --model_dir and
       --ctranslate2: the same weights on the same test sentences with the run's beam size
-      and alpha (paper: 4, 0.6), timed in one run: our SavedModel, our in-process search,
-      CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
+      and alpha (paper: 4, 0.6), timed in one run: our SavedModel in float32 and int8
+      (Keras' model.quantize("int8"), as export.py --quantization=int8), our in-process
+      search, CTranslate2 float32 and int8 (sentences/s, target tokens/s and BLEU per engine; each
       engine applies its own length penalty, see docs/ctranslate2.md). Each engine gets its
       fastest of --decode_batch_sizes (a sweep on 256 sentences, printed), then the engines
       alternate over --rounds passes and each keeps its fastest.

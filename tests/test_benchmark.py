@@ -1,5 +1,7 @@
 """experiments/benchmark.py (its training and decoding rows), the keras-hub peer on equal terms, FLOP counts and hardware peaks."""
 
+import re
+
 import keras
 import matplotlib.image
 import numpy as np
@@ -589,7 +591,8 @@ def test_scaling_table_reports_growth_per_doubling():
 def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
     """The CTranslate2 rows' code on 6 sentences (no timing claims): at alpha 0 the SavedModel, our
     in-process search and CTranslate2 float32 translate identically, so their BLEU is equal;
-    with a vocabulary map that holds every token, so do the shortlisted engines."""
+    with a vocabulary map that holds every token, so do the shortlisted engines. The int8
+    SavedModel exports the quantized weights."""
     pytest.importorskip("ctranslate2")
     from keras_transformer.benchmark.rows import ctranslate2_rows
     from keras_transformer.data.sources import load_pairs
@@ -614,25 +617,34 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
         "ctranslate2_in_process: in-process search vs CTranslate2 float32",
         "ctranslate2_int8_gain: CTranslate2 int8 vs float32, sentences/s",
         "ctranslate2_int8: SavedModel vs CTranslate2 int8, sentences/s",
+        "savedmodel_int8_gain: SavedModel int8 vs float32, sentences/s",
+        "ctranslate2_int8_both: SavedModel int8 vs CTranslate2 int8",
         "ctranslate2_float32_vmap: shortlisted SavedModel vs CT2 + vmap",
         "ctranslate2_int8_vmap: shortlisted SavedModel vs CT2 + vmap",
     ]
     for row in rows:
         assert row.ours > 0 and row.base > 0 and row.ratio == pytest.approx(row.ours / row.base)
-    assert lines[0] == "ctranslate2: batch-size sweep on 4 sentences (sentences/s):" and lines[
-        1
+    # The int8 engine is the export of the quantized model: its weights take under half the space.
+    sizes = re.fullmatch(
+        r"ctranslate2: SavedModel variables ([\d.]+) MiB, int8 \(model.quantize\('int8'\)\) ([\d.]+) MiB",
+        lines[0],
+    )
+    assert sizes and float(sizes[2]) < 0.5 * float(sizes[1]), lines[0]
+    assert lines[1] == "ctranslate2: batch-size sweep on 4 sentences (sentences/s):" and lines[
+        2
     ].split() == [
         "engine",
         "2",
         "4",
     ]
-    assert len(lines) == 18 and lines[9].startswith("ctranslate2: 6 sentences, beam 4, alpha 0.0")
+    assert len(lines) == 21 and lines[11].startswith("ctranslate2: 6 sentences, beam 4, alpha 0.0")
     assert all(
-        line.split()[-4] in ("2", "4") for line in lines[11:]
+        line.split()[-4] in ("2", "4") for line in lines[13:]
     )  # each engine's fastest batch size
-    bleu = {line[3:29].strip(): float(line.split()[-1]) for line in lines[11:]}
+    bleu = {line[3:29].strip(): float(line.split()[-1]) for line in lines[13:]}
     assert set(bleu) == {
         "SavedModel",
+        "SavedModel int8",
         "in-process search",
         "CTranslate2 float32",
         "CTranslate2 int8",

@@ -9,6 +9,7 @@ A `Row` is `(name, ours, base, ratio, target)`: `ratio` is ours over the peer or
 import collections
 import functools
 import tempfile
+from pathlib import Path
 
 import keras
 
@@ -37,6 +38,7 @@ Row = collections.namedtuple("Row", ["name", "ours", "base", "ratio", "target"])
 
 # The ctranslate2 rows' engines over a vocabulary shortlist (`ctranslate2_rows(..., vocabulary_map=...)`).
 SHORTLIST_ENGINE = "SavedModel + shortlist"
+INT8_ENGINE = "SavedModel int8"
 VMAP_SUFFIX = " + vmap"
 
 
@@ -341,6 +343,12 @@ def decoding_rows(
     return rows
 
 
+def _variables_mib(saved_model_dir):
+    """The size of a SavedModel's variables (its weights), in MiB."""
+    variables = Path(saved_model_dir) / "variables"
+    return sum(path.stat().st_size for path in variables.iterdir()) / 2**20
+
+
 def ctranslate2_rows(
     model_dir,
     pairs,
@@ -354,13 +362,14 @@ def ctranslate2_rows(
     vocabulary_map=None,
     log=print,
 ):
-    """The ctranslate2 rows: the same weights and sentences decoded four ways, timed alternately in one run.
+    """The ctranslate2 rows: the same weights and sentences decoded five ways, timed alternately in one run.
 
     Every engine takes text and returns text, so every time includes tokenizing and
-    detokenizing: our exported SavedModel, our in-process `decoding.Translator` (graph
-    mode), and CTranslate2 float32 and int8 exports of the run
-    (`export.ctranslate2`; CTranslate2 calls hold sources of one length, so its length
-    limits equal ours). Each engine gets the batch size that is fastest for it: every size
+    detokenizing: our exported SavedModel, in float32 and with its weights quantized by
+    Keras' `model.quantize("int8")` (what `export.py --quantization=int8` exports), our
+    in-process `decoding.Translator` (graph mode), and CTranslate2 float32 and int8 exports
+    of the run (`export.ctranslate2`; CTranslate2 calls hold sources of one length, so its
+    length limits equal ours). Each engine gets the batch size that is fastest for it: every size
     in `batch_sizes` is timed on the first `sweep_sentences` sentences (the curve is
     logged). Then all sentences are translated `rounds` times, the engines alternating
     within each round, and each engine keeps its fastest round. The length penalty is each
@@ -385,7 +394,9 @@ def ctranslate2_rows(
 
     Returns:
         `Row`s of sentences/s, each engine against CTranslate2 float32 (target 1.0 for the
-        SavedModel); with a map, also the shortlisted SavedModel against CTranslate2
+        SavedModel), the SavedModel against CTranslate2 int8 (target 1.0: our fastest
+        export against theirs), and each int8 engine against its float32 one and the
+        other's int8 (the same precision on both sides); with a map, also the shortlisted SavedModel against CTranslate2
         float32 and int8 with the map. Target tokens are the output's SentencePiece pieces plus EOS, counted
         the same way for every engine from its output text.
     """
@@ -419,10 +430,26 @@ def ctranslate2_rows(
             check_ops=False,
         )
         saved_model = SavedModelTranslator(str(exported.path))
+        quantized, _, _ = load_run(model_dir, quantization="int8")
+        exported_int8 = export_saved_model(
+            TranslationModule(quantized, tokenizer, **search),
+            workdir,
+            name="int8",
+            verify=False,
+            check_ops=False,
+        )
+        saved_int8 = SavedModelTranslator(str(exported_int8.path))
+        log(
+            f"ctranslate2: SavedModel variables {_variables_mib(exported.path):.2f} MiB, "
+            f"int8 (model.quantize('int8')) {_variables_mib(exported_int8.path):.2f} MiB"
+        )
         in_process = Translator(model, tokenizer, "beam", **search)
         engines = {  # texts, batch size -> translations
             "SavedModel": lambda texts, size: translate_in_batches(
                 saved_model.translate_batch, texts, size
+            )[0],
+            INT8_ENGINE: lambda texts, size: translate_in_batches(
+                saved_int8.translate_batch, texts, size
             )[0],
             "in-process search": lambda texts, size: translate_in_batches(
                 in_process.translate_batch, texts, size
@@ -540,6 +567,20 @@ def ctranslate2_rows(
             rates["CTranslate2 int8"],
             rates["SavedModel"] / rates["CTranslate2 int8"],
             1.0,
+        ),
+        Row(
+            "savedmodel_int8_gain: SavedModel int8 vs float32, sentences/s",
+            rates[INT8_ENGINE],
+            rates["SavedModel"],
+            rates[INT8_ENGINE] / rates["SavedModel"],
+            None,
+        ),
+        Row(
+            "ctranslate2_int8_both: SavedModel int8 vs CTranslate2 int8",
+            rates[INT8_ENGINE],
+            rates["CTranslate2 int8"],
+            rates[INT8_ENGINE] / rates["CTranslate2 int8"],
+            None,
         ),
     ]
     if vocabulary_map is not None:

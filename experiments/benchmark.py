@@ -298,8 +298,8 @@ def main(argv):
             )
         if FLAGS.ctranslate2:
             cli.step(
-                "CTranslate2 rows: exporting the SavedModel and the float32 and int8 CTranslate2 "
-                "models, then timing every engine"
+                "CTranslate2 rows: exporting our float32 and int8 SavedModels and the float32 and "
+                "int8 CTranslate2 models, then timing every engine"
             )
             rows.extend(
                 ctranslate2_rows(

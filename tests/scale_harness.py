@@ -215,12 +215,19 @@ def fit_overflow_case(case):
         model.compile(
             optimizer=_optimizer(precision, accum), loss=MarkedLoss(model_label_smoothing())
         )
-    for inputs, labels in steps:
-        model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
+    _fit_in_order(model, steps)
     return model, {
         "iterations": int(model.optimizer.iterations.numpy()),
         "loss_scale": _scale(model),
     }
+
+
+def _fit_in_order(model, batches):
+    """One `fit` epoch over `batches` (global batches of `2 * HALF` sentences, one shape), in
+    order: one batch per update step, as a `fit` call per batch would take them."""
+    inputs = {key: np.concatenate([batch[0][key] for batch in batches]) for key in batches[0][0]}
+    labels = np.concatenate([batch[1] for batch in batches])
+    model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
 
 
 def _marked(batch):
@@ -251,8 +258,7 @@ def skip_case(case, out_dir):
             model.compile(
                 optimizer=_optimizer(precision, 2), loss=MarkedLoss(model_label_smoothing())
             )
-        for inputs, labels in micro_batches:
-            model.fit(inputs, labels, batch_size=2 * HALF, epochs=1, shuffle=False, verbose=0)
+        _fit_in_order(model, micro_batches)
         return model, {
             "iterations": int(model.optimizer.iterations.numpy()),
             "loss_scale": _scale(model),

@@ -652,6 +652,20 @@ def test_ctranslate2_row_on_a_handful_of_sentences(trained_run):
         "CTranslate2 float32 + vmap",
         "CTranslate2 int8 + vmap",
     }
+    # Each row divides the rates of the engines its name says (the table's sentences/s).
+    rate = {line[3:29].strip(): float(line.split()[-3]) for line in lines[13:]}
+    compared = [
+        ("SavedModel", "CTranslate2 float32"),
+        ("in-process search", "CTranslate2 float32"),
+        ("CTranslate2 int8", "CTranslate2 float32"),
+        ("SavedModel", "CTranslate2 int8"),
+        ("SavedModel int8", "SavedModel"),
+        ("SavedModel int8", "CTranslate2 int8"),
+        ("SavedModel + shortlist", "CTranslate2 float32 + vmap"),
+        ("SavedModel + shortlist", "CTranslate2 int8 + vmap"),
+    ]
+    for row, (ours, base) in zip(rows, compared):
+        assert (round(row.ours, 2), round(row.base, 2)) == (rate[ours], rate[base]), row.name
     assert bleu["SavedModel"] == bleu["in-process search"] == bleu["CTranslate2 float32"]
     assert bleu["SavedModel + shortlist"] == bleu["SavedModel"]
     assert bleu["CTranslate2 float32 + vmap"] == bleu["CTranslate2 float32"]

@@ -421,57 +421,40 @@ def ctranslate2_rows(
     def detokenize(outputs):
         return [tokenizer.detokenize([list(ids)]).numpy()[0].decode("utf-8") for ids in outputs]
 
+    def batched(translate_batch):  # an engine: texts, batch size -> translations
+        return lambda texts, size: translate_in_batches(translate_batch, texts, size)[0]
+
     with tempfile.TemporaryDirectory() as workdir:
-        exported = export_saved_model(
-            TranslationModule(model, tokenizer, **search),
-            workdir,
-            name="benchmark",
-            verify=False,
-            check_ops=False,
-        )
-        saved_model = SavedModelTranslator(str(exported.path))
-        quantized, _, _ = load_run(model_dir, quantization="int8")
-        exported_int8 = export_saved_model(
-            TranslationModule(quantized, tokenizer, **search),
-            workdir,
-            name="int8",
-            verify=False,
-            check_ops=False,
-        )
-        saved_int8 = SavedModelTranslator(str(exported_int8.path))
+
+        def saved_model(exported_model, name, **options):
+            """`exported_model`'s search exported under `workdir` (the timing's copy: no verification or
+            op check): the SavedModel's directory and its engine."""
+            path = export_saved_model(
+                TranslationModule(exported_model, tokenizer, **search, **options),
+                workdir,
+                name=name,
+                verify=False,
+                check_ops=False,
+            ).path
+            return path, batched(SavedModelTranslator(str(path)).translate_batch)
+
+        float32_path, float32_engine = saved_model(model, "benchmark")
+        int8_path, int8_engine = saved_model(load_run(model_dir, quantization="int8")[0], "int8")
         log(
-            f"ctranslate2: SavedModel variables {_variables_mib(exported.path):.2f} MiB, "
-            f"int8 (model.quantize('int8')) {_variables_mib(exported_int8.path):.2f} MiB"
+            f"ctranslate2: SavedModel variables {_variables_mib(float32_path):.2f} MiB, "
+            f"int8 (model.quantize('int8')) {_variables_mib(int8_path):.2f} MiB"
         )
-        in_process = Translator(model, tokenizer, "beam", **search)
-        engines = {  # texts, batch size -> translations
-            "SavedModel": lambda texts, size: translate_in_batches(
-                saved_model.translate_batch, texts, size
-            )[0],
-            INT8_ENGINE: lambda texts, size: translate_in_batches(
-                saved_int8.translate_batch, texts, size
-            )[0],
-            "in-process search": lambda texts, size: translate_in_batches(
-                in_process.translate_batch, texts, size
-            )[0],
+        engines = {
+            "SavedModel": float32_engine,
+            INT8_ENGINE: int8_engine,
+            "in-process search": batched(
+                Translator(model, tokenizer, "beam", **search).translate_batch
+            ),
         }
         if vocabulary_map is not None:
-            shortlisted = SavedModelTranslator(
-                str(
-                    export_saved_model(
-                        TranslationModule(
-                            model, tokenizer, **search, vocabulary_map=vocabulary_map
-                        ),
-                        workdir,
-                        name="shortlist",
-                        verify=False,
-                        check_ops=False,
-                    ).path
-                )
+            _, engines[SHORTLIST_ENGINE] = saved_model(
+                model, "shortlist", vocabulary_map=vocabulary_map
             )
-            engines[SHORTLIST_ENGINE] = lambda texts, size: translate_in_batches(
-                shortlisted.translate_batch, texts, size
-            )[0]
         for quantization in ("float32", "int8"):
             path = export_ctranslate2(
                 model_dir,
